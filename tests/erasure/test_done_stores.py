@@ -296,9 +296,9 @@ async def test_a_delete_a_done_bucket_refuses_fails_the_step_saying_so_and_the_r
     monkeypatch.setattr(VersionedObjects, "delete", refusing_r9)
     failed = await coordinator(engine, second).run(USER, request_id="req-refused")
     assert failed.status is RequestStatus.FAILED, failed
-    assert "S3 refused to delete 1 object version(s) of the subject (AccessDenied)" in (
-        failed.stores["transcripts"].detail or "")
-    assert "s3:DeleteObjectVersion" in (failed.stores["transcripts"].detail or "")
+    said = failed.stores["transcripts"].detail or ""
+    assert f"S3 refused to delete 1 object version(s) of the subject in {first.url} (AccessDenied)" in said
+    assert f"grant s3:DeleteObjectVersion on {first.url}" in said  # not the prefix this erasure talks to
     monkeypatch.setattr(VersionedObjects, "delete", delete)
 
     receipt = await coordinator(engine, second).run(USER, request_id="req-refused")

@@ -179,7 +179,7 @@ async def _sweep(ctx: StepContext, url: str, store: TranscriptStore, part: Store
             await view.delete_folder(prefix)
     else:
         await _erase_free(ctx, view, prefix, kept)
-    kept.check()
+    kept.check(url)
     counts = counts.model_copy(update={"retained": counts.retained + kept.retained,
                                        "unreadable": counts.unreadable + kept.unreadable})
     grown = _result(counts)

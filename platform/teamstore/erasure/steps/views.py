@@ -99,8 +99,12 @@ class Kept:
         if held:
             self.held.add(held)
 
-    def check(self) -> None:
+    def check(self, store: str | None = None) -> None:
         """Fail when a refusal no hold explains (once every page had its deletable versions deleted).
+
+        Args:
+            store: The refusing store's URL, when it is not the one the erasure talks to (whose prefix is
+                configured); named in the message and its fix.
 
         Raises:
             TranscriptUnavailable: Some version was refused and no hold explains it.
@@ -109,10 +113,10 @@ class Kept:
             # Counted and named by the store's error codes, never by key: a key holds the subject and session
             # keys, and this text is in the receipt.
             raise TranscriptUnavailable(
-                f"S3 refused to delete {self.unexplained} object version(s) of the subject "
-                f"({', '.join(sorted(self.codes))}) and no hold explains it",
+                f"S3 refused to delete {self.unexplained} object version(s) of the subject"
+                f"{f' in {store}' if store else ''} ({', '.join(sorted(self.codes))}) and no hold explains it",
                 hint="rerun the same request id; if S3 keeps refusing with AccessDenied, grant "
-                "s3:DeleteObjectVersion on the transcript prefix",
+                f"s3:DeleteObjectVersion on {store or 'the transcript prefix'}",
             )
 
 
