@@ -346,6 +346,36 @@ async def test_a_copy_restored_beside_versions_a_hold_keeps_is_erased_and_the_he
     await locked.close()
 
 
+@pytest.mark.s3
+async def test_a_delete_refused_in_a_store_a_hold_kept_versions_in_says_to_rerun_against_that_store(
+    engine: AsyncEngine, s3_env: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Recorded as counted (enumerated), the held store is one to empty again: a rerun with the same settings stops
+    there, so the fix names it."""
+    _, locked, moved, subject, _ = await _held_pass(engine, "req-held-refused")
+    await locked.put(f"{subject_prefix(subject)}{RESTORED}", b"restored transcript")
+    delete = VersionedObjects.delete
+
+    async def refusing_r9(view: VersionedObjects, batch: list[ObjectVersion]) -> dict[ObjectVersion, str]:
+        refused = [version for version in batch if version.key.endswith("r9.jsonl.gz")]
+        return {**await delete(view, [v for v in batch if v not in refused]), **dict.fromkeys(refused, "AccessDenied")}
+    monkeypatch.setattr(VersionedObjects, "delete", refusing_r9)
+    failed = await coordinator(engine, moved).run(USER, request_id="req-held-refused")
+    assert failed.status is RequestStatus.FAILED, failed
+    assert f"TEAMSTORE_TRANSCRIPTS_URL={locked.url} and the same --request-id req-held-refused" in (
+        failed.stores["transcripts"].detail or "")
+    monkeypatch.setattr(VersionedObjects, "delete", delete)
+
+    receipt = await coordinator(engine, locked).run(USER, request_id="req-held-refused")
+
+    transcripts = receipt.stores["transcripts"]
+    assert receipt.status is RequestStatus.RETAINED_UNDER_HOLD, receipt
+    assert (transcripts.counts.objects, transcripts.counts.retained) == (5, 1)
+    assert await locked.list_keys(subject_prefix(subject)) == [f"{subject_prefix(subject)}sessions/s0/runs/r0.jsonl.gz"]
+    await locked.close()
+    await moved.close()
+
+
 async def _held_pass(engine: AsyncEngine, request_id: str) -> tuple[str, S3TranscriptStore, S3TranscriptStore, str,
                                                                      dict[str, str]]:
     """Three transcripts in a locked bucket's ``audit`` (one under a legal hold), one in its ``moved``; the request's

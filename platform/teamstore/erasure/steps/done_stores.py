@@ -34,7 +34,7 @@ from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
 from teamstore.erasure.record import load_parts, record_part
 from teamstore.erasure.steps.base import StepContext
 from teamstore.erasure.steps.views import Kept, PlainObjects, Tally, VersionedObjects, View, view_of
-from teamstore.erasure.stores import EARLIER, HELD, TRANSCRIPTS, mismatch
+from teamstore.erasure.stores import EARLIER, HELD, TRANSCRIPTS, mismatch, same_request
 from teamstore.errors import StorageError, TranscriptStoreGone, TranscriptUnavailable
 
 
@@ -173,13 +173,14 @@ async def _sweep(ctx: StepContext, url: str, store: TranscriptStore, part: Store
         return None
     await record_part(ctx.engine, ctx.request_id, TRANSCRIPTS, url,
                       StoreResult(status=StepStatus.ENUMERATED, counts=counts), ctx.owner)
-    kept = Kept()
-    if isinstance(view, PlainObjects):
-        if free.listed:
-            await view.delete_folder(prefix)
-    else:
-        await _erase_free(ctx, view, prefix, kept)
-    kept.check(url)
+    try:
+        kept = await _deleted(ctx, url, view, prefix, free.listed)
+    except TranscriptUnavailable as exc:
+        if part is None or part.status not in HELD:
+            raise
+        # Recorded enumerated now, the store is one to empty again: a rerun against the last store stops at it.
+        raise TranscriptUnavailable(exc.message, hint=f"{exc.hint or 'fix that store'}; then run erase with "
+                                    f"TEAMSTORE_TRANSCRIPTS_URL={url} and {same_request(ctx)}") from exc
     counts = counts.model_copy(update={"retained": counts.retained + kept.retained,
                                        "unreadable": counts.unreadable + kept.unreadable})
     grown = _result(counts)
@@ -188,6 +189,22 @@ async def _sweep(ctx: StepContext, url: str, store: TranscriptStore, part: Store
         # Its hold lifted, it is emptied now: no longer a store this request left holding, nor one to empty.
         await mark_store_erased(ctx.engine, _subject(ctx), url)
     return grown
+
+
+async def _deleted(ctx: StepContext, url: str, view: View, prefix: str, listed: int) -> Kept:
+    """Delete what no hold keeps under ``prefix`` in the done store ``url``; what it refused that a hold explains.
+
+    Raises:
+        TranscriptUnavailable: A delete was refused and no hold explains it, or failed.
+    """
+    kept = Kept()
+    if isinstance(view, PlainObjects):
+        if listed:
+            await view.delete_folder(prefix)
+    else:
+        await _erase_free(ctx, view, prefix, kept)
+    kept.check(url)
+    return kept
 
 
 async def _listed(ctx: StepContext, view: View, prefix: str) -> tuple[Tally, Kept]:
