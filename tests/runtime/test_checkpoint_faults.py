@@ -102,12 +102,7 @@ async def test_a_checkpoint_whose_layout_or_memory_bound_does_not_read_is_set_as
 async def test_what_a_damaged_checkpoint_holds_is_not_quoted_in_the_reason_it_is_set_aside(
     platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch, changes: dict[str, Any], why: str
 ) -> None:
-    register(registry)
-    await _interrupt(platform, monkeypatch, 2)
-    row = await platform.store.get(KEY)
-    assert row is not None and row.checkpoint is not None
-    text = encode({**decode(row.checkpoint), **changes})
-    await _damage(platform, checkpoint=text, checkpoint_bytes=len(text.encode()))
+    await _checkpoint_changed(platform, registry, monkeypatch, changes)
     async with platform.session("alice", "s1", team=TEAM) as s:
         assert s.resume is not None and s.resume.quarantined and why in (s.resume.detail or "")
         assert "7Q3X" not in (s.resume.detail or "")
@@ -194,12 +189,7 @@ async def test_opened_to_continue_with_a_team_its_run_did_not_use_it_is_refused_
 async def test_continuing_a_run_whose_checkpoint_holds_no_team_name_does_not_quote_it_in_the_fix(
     platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch, changes: dict[str, Any], ref: str
 ) -> None:
-    register(registry)
-    await _interrupt(platform, monkeypatch, 2)
-    row = await platform.store.get(KEY)
-    assert row is not None and row.checkpoint is not None
-    text = encode({**decode(row.checkpoint), **changes})
-    await _damage(platform, checkpoint=text, checkpoint_bytes=len(text.encode()))
+    await _checkpoint_changed(platform, registry, monkeypatch, changes)
     with pytest.raises(RunCannotContinue) as refused:
         async with platform.session("alice", "s1", team=TEAM, continuing=True):
             pass
@@ -405,3 +395,14 @@ async def test_a_checkpoint_that_autogen_refuses_is_set_aside_when_continued(
     assert result.messages[0].to_text() == "a new request"
     (kept,) = await platform.store.list_quarantined("alice")
     assert kept.reason == "checkpoint corrupt"
+
+
+async def _checkpoint_changed(platform: Platform, registry: Registry, monkeypatch: pytest.MonkeyPatch,
+                              changes: dict[str, Any]) -> None:
+    """Interrupt alice's run after its second turn, then rewrite its checkpoint's fields with ``changes``."""
+    register(registry)
+    await _interrupt(platform, monkeypatch, 2)
+    row = await platform.store.get(KEY)
+    assert row is not None and row.checkpoint is not None
+    text = encode({**decode(row.checkpoint), **changes})
+    await _damage(platform, checkpoint=text, checkpoint_bytes=len(text.encode()))
