@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import update
@@ -288,12 +289,7 @@ async def test_a_delete_a_done_bucket_refuses_fails_the_step_saying_so_and_the_r
     first, second = await _two_buckets(request, tmp_path)
     subject = await _emptied_first(engine, first, second, "req-refused")
     await first.put(f"{subject_prefix(subject)}sessions/late/runs/r8.jsonl.gz", b"restored transcript")
-    delete = VersionedObjects.delete
-
-    async def refusing_r9(view: VersionedObjects, batch: list[ObjectVersion]) -> dict[ObjectVersion, str]:
-        refused = [version for version in batch if version.key.endswith("r9.jsonl.gz")]
-        return {**await delete(view, [v for v in batch if v not in refused]), **dict.fromkeys(refused, "AccessDenied")}
-    monkeypatch.setattr(VersionedObjects, "delete", refusing_r9)
+    delete = _refuse_deleting_r9(monkeypatch)
     failed = await coordinator(engine, second).run(USER, request_id="req-refused")
     assert failed.status is RequestStatus.FAILED, failed
     said = failed.stores["transcripts"].detail or ""
@@ -354,12 +350,7 @@ async def test_a_delete_refused_in_a_store_a_hold_kept_versions_in_says_to_rerun
     there, so the fix names it."""
     _, locked, moved, subject, _ = await _held_pass(engine, "req-held-refused")
     await locked.put(f"{subject_prefix(subject)}{RESTORED}", b"restored transcript")
-    delete = VersionedObjects.delete
-
-    async def refusing_r9(view: VersionedObjects, batch: list[ObjectVersion]) -> dict[ObjectVersion, str]:
-        refused = [version for version in batch if version.key.endswith("r9.jsonl.gz")]
-        return {**await delete(view, [v for v in batch if v not in refused]), **dict.fromkeys(refused, "AccessDenied")}
-    monkeypatch.setattr(VersionedObjects, "delete", refusing_r9)
+    delete = _refuse_deleting_r9(monkeypatch)
     failed = await coordinator(engine, moved).run(USER, request_id="req-held-refused")
     assert failed.status is RequestStatus.FAILED, failed
     assert f"TEAMSTORE_TRANSCRIPTS_URL={locked.url} and the same --request-id req-held-refused" in (
@@ -388,3 +379,15 @@ async def _held_pass(engine: AsyncEngine, request_id: str) -> tuple[str, S3Trans
     with pytest.raises(TranscriptStoreMismatch):
         await coordinator(engine, locked).run(USER, request_id=request_id)
     return bucket, locked, moved, subject, hold
+
+
+def _refuse_deleting_r9(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """S3 refuses (AccessDenied) to delete any version of run r9's transcript, deleting the others; returns the
+    delete it stands in for, to put back."""
+    delete = VersionedObjects.delete
+
+    async def refusing_r9(view: VersionedObjects, batch: list[ObjectVersion]) -> dict[ObjectVersion, str]:
+        refused = [version for version in batch if version.key.endswith("r9.jsonl.gz")]
+        return {**await delete(view, [v for v in batch if v not in refused]), **dict.fromkeys(refused, "AccessDenied")}
+    monkeypatch.setattr(VersionedObjects, "delete", refusing_r9)
+    return delete
