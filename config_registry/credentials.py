@@ -26,7 +26,14 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from config_registry.connections import connection_pairs, oracle_password, split_url
-from config_registry.names import holds_command_line, holds_secret_command, is_secret_field, name_words
+from config_registry.names import (
+    holds_command_line,
+    holds_secret_command,
+    is_secret_field,
+    name_words,
+    names_key_or_token,
+)
+from config_registry.placeholders import is_dummy_key
 from config_registry.shell import command_word, decoded_script, encoded_script_at, scripts, simple_commands
 from config_registry.shell import words as shell_words
 
@@ -198,7 +205,7 @@ def _connection_credential(value: str) -> str | None:
     A connection string is name=value pairs and nothing else; a prompt that explains one is prose. A value
     the program expands from its environment (``password=${PGPASSWORD}``) holds no secret."""
     for name, secret in connection_pairs(value) or ():
-        if secret and is_secret_field(name) and not _left_out(secret) and not is_reference_setting(name, secret):
+        if secret and is_secret_field(name) and not _left_out(secret) and not holds_no_credential(name, secret):
             return f"a connection string's {name!r}"
     return None
 
@@ -304,7 +311,7 @@ def _prints_literal(text: str) -> bool:
 def _secret_flag(flag: str, value: str) -> bool:
     """Whether the flag ``flag`` given ``value`` gives a secret: a flag named for one, given neither a value
     that leaves it out nor a path to a ``file`` flag (``--password-file /run/secrets/pw``)."""
-    return is_secret_field(flag) and not _left_out(value) and not is_reference_setting(flag, value)
+    return is_secret_field(flag) and not _left_out(value) and not holds_no_credential(flag, value)
 
 
 def command_line_credential(text: str) -> str | None:
@@ -414,6 +421,14 @@ def _variable_left_out(value: str) -> bool:
                                 and _left_out(first[0]))
 
 
+def holds_no_credential(name: str, value: str) -> bool:
+    """Whether a value given to a credential's name holds none: one that says where the credential is
+    (:func:`is_reference_setting`) or, under a key's or a token's name
+    (:func:`~config_registry.names.names_key_or_token`), a dummy key a local model server asks for
+    (:func:`~config_registry.placeholders.is_dummy_key`: ``api_key="EMPTY"``, ``OPENAI_API_KEY=ollama``)."""
+    return is_reference_setting(name, value) or (names_key_or_token(name) and is_dummy_key(value))
+
+
 def is_reference_setting(name: str, value: str) -> bool:
     """Whether a credential's name says where the credential is rather than holding it, as its value shows:
     one whose last word is ``file`` (``POSTGRES_PASSWORD_FILE``, ``--password-file``) or ``credentials``
@@ -449,7 +464,7 @@ def _argument_credential(text: str) -> str | None:
 def variable_credential(name: str, value: str, *, command_may_follow: bool = False) -> str | None:
     """Whether setting the variable ``name`` to ``value`` sets a secret: a name that means a credential (not
     the shell's ``PWD`` or ``OLDPWD``) given a value that does not leave it out (:func:`_left_out`), nor a
-    path given to a ``_FILE`` variable (:func:`is_reference_setting`). With ``command_may_follow`` the value is
+    path given to a ``_FILE`` variable or a dummy key to a key's (:func:`holds_no_credential`). With ``command_may_follow`` the value is
     the rest of a command line, and a value that leaves the secret out may be followed by the command it is
     set for (``PGPASSWORD=${DB_PASSWORD:?} psql``): :func:`_variable_left_out`. A variable whose name says it
     holds a command line (``PASSWORD_COMMAND``) is read as one (:func:`command_line_credential`)."""
@@ -459,4 +474,4 @@ def variable_credential(name: str, value: str, *, command_may_follow: bool = Fal
     left_out = _variable_left_out if command_may_follow else _left_out
     if name in _NOT_SECRET_VARIABLES or not value or not is_secret_field(name) or left_out(value):
         return None
-    return None if is_reference_setting(name, value) else f"the value of the variable {name!r}"
+    return None if holds_no_credential(name, value) else f"the value of the variable {name!r}"

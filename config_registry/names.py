@@ -86,6 +86,8 @@ _CODE_KEY_KINDS = frozenset({
     "api", "access", "private", "secret", "signing", "auth", "encryption", "master", "client", "license",
     "subscription",
 })
+# The last words of a name for a key or a token, which a dummy key may be given (credentials.holds_no_credential).
+_KEY_OR_TOKEN_WORDS = ("key", "keys", "token", "tokens")
 
 
 def name_words(name: str) -> list[str]:
@@ -158,3 +160,11 @@ def holds_secret_command(name: str) -> bool:
     the secret, so an ``echo`` of a literal there is the secret itself."""
     words = name_words(name)
     return len(words) > 1 and words[-1] in _COMMAND_NAMES and _names_credential(words[:-1])
+
+
+def names_key_or_token(name: str) -> bool:
+    """Whether a name's last word says it holds a key or a token (``api_key``, ``OPENAI_API_KEY``, ``apiKey``,
+    ``XAPIKEY``, Ollama's ``ANTHROPIC_AUTH_TOKEN``) rather than a password or a secret: what a local model
+    server's dummy key stands in for, where a dummy-looking password is still a password."""
+    words = name_words(name)
+    return bool(words) and words[-1].endswith(_KEY_OR_TOKEN_WORDS)

@@ -24,7 +24,7 @@ from config_registry.credentials import (
     encoded_script_credential,
     environment_value_credential,
     flag_credential,
-    is_reference_setting,
+    holds_no_credential,
     kept_command_credential,
     program_passwords,
     url_credential,
@@ -80,7 +80,7 @@ def _set(parent: Any, key: str, value: Any) -> None:
 
 
 def _check_plaintext(path: str, key: str, value: Any) -> None:
-    if isinstance(value, str) and value and value != MASK and is_secret_field(key) and not is_reference_setting(key, value):
+    if isinstance(value, str) and value and value != MASK and is_secret_field(key) and not holds_no_credential(key, value):
         raise DefinitionInvalid(
             f"holds a plaintext secret (its name, {key!r}, means a credential); the registry never stores "
             "secrets",
@@ -116,7 +116,9 @@ def _check_undeclared(path: str, key: str, value: Any, parent: Any) -> None:
             "holds the masked secret '**********' that dump_component() writes in place of a key; "
             "stored as is, the team would build with the literal key '**********'",
             field=f"config.{path}",
-            hint=f"declare where the secret comes from: --secret {path}=env:OPENAI_API_KEY",
+            hint=f"declare where the secret comes from: --secret {path}=env:OPENAI_API_KEY; or, for a local "
+            "model server that checks no key, write the dummy key it documents in place of the mask "
+            '(vLLM\'s "EMPTY", Ollama\'s "ollama")',
         )
     name = _name_of(path, key, parent)
     if name is not None:

@@ -1,0 +1,121 @@
+"""Values that stand where a credential would without being one: the dummy key a local model server (vLLM,
+llama.cpp, Ollama, LM Studio, text-generation-inference) asks for because the OpenAI client insists on a key
+is stored under a key's or a token's name, in a model client's config and in a tool's source; a real-looking
+key that merely contains such a word, and any dummy under a password's name, are still refused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from autogen_agentchat.agents import AssistantAgent
+from autogen_ext.models.openai import OpenAIChatCompletionClient
+
+from config_registry import DefinitionInvalid, Registry
+from config_registry.placeholders import DUMMY_KEYS
+from config_registry.secrets import apply_references
+from teamstore.context import BoundedChatCompletionContext
+from tests.registry.conftest import dump, left_unchanged, triage_manifest
+
+SERVER = "workbench.0.config.server_params"
+SOURCE = "tools.0.config.source_code"
+KEY_PATH = "model_client.config.api_key"
+REAL_LOOKING = ("sk-ollama-8f3a9c2b7d1e4f5a6b7c", "ollama-8f3a9c2b7d1e", "EMPTY-hunter2", "lm-studio-Xk9pq2Lm")
+
+
+def _local_agent(key: str) -> dict[str, Any]:
+    """An agent whose client talks to a local OpenAI-compatible server, with ``key`` where dump_component()
+    writes the mask (as someone who registers such a team writes it)."""
+    client = OpenAIChatCompletionClient(model="gpt-4o-mini", base_url="http://localhost:8000/v1", api_key=key)
+    agent = dump(AssistantAgent("researcher", model_client=client, model_context=BoundedChatCompletionContext(20)))
+    agent["config"]["model_client"]["config"]["api_key"] = key
+    return agent
+
+
+def _component(env: dict[str, str] | None = None, source: str | None = None,
+               fields: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An agent-like component with an MCP server started with ``env``, a tool whose source is ``source``, and
+    ``fields`` among its own; registration walks it as JSON whatever its provider."""
+    params = {"type": "StdioServerParams", "command": "server", "args": [], "env": env or {}}
+    tool = {"provider": "autogen_core.tools.FunctionTool", "config": {"source_code": source or "def f(): pass\n"}}
+    config = {"workbench": [{"config": {"server_params": params}}], "tools": [tool], **(fields or {})}
+    return {"provider": "autogen_agentchat.agents.AssistantAgent", "config": config}
+
+
+def _refused(component: dict[str, Any]) -> DefinitionInvalid:
+    with pytest.raises(DefinitionInvalid) as caught:
+        apply_references(component, {})
+    assert "never stores secrets" in caught.value.message
+    return caught.value
+
+
+@pytest.mark.parametrize("key", ["EMPTY", "sk-no-key-required", "ollama", "lm-studio", "-"])
+def test_a_local_servers_dummy_key_in_a_model_clients_config_is_stored_and_built_with(
+    registry: Registry, key: str
+) -> None:
+    registry.add("researcher", _local_agent(key), triage_manifest(name="researcher", persist=[]), "local model")
+    stored = registry.resolve("researcher").component
+    assert stored["config"]["model_client"]["config"]["api_key"] == key
+    built = registry.build("researcher", env={})
+    assert built.participants["researcher"]._model_client._client.api_key == key  # type: ignore[attr-defined]
+
+
+def test_the_mask_a_local_servers_key_is_dumped_as_is_refused_saying_to_write_the_dummy_key_instead() -> None:
+    agent = _local_agent("EMPTY")
+    agent["config"]["model_client"]["config"]["api_key"] = "**********"
+    with pytest.raises(DefinitionInvalid) as caught:
+        apply_references(agent, {})
+    assert caught.value.field == f"config.{KEY_PATH}"
+    assert '"EMPTY"' in (caught.value.hint or "") and "in place of the mask" in (caught.value.hint or "")
+
+
+@pytest.mark.parametrize("key", sorted(DUMMY_KEYS | {"Empty", "OLLAMA", "Not-Needed", " none "}))
+def test_every_dummy_key_is_stored_whatever_its_case_under_a_keys_or_a_tokens_name(key: str) -> None:
+    fields = {"model_client": {"config": {"api_key": key}}, "headers": {"X-Api-Key": key}}
+    env = {"OPENAI_API_KEY": key, "ANTHROPIC_AUTH_TOKEN": key}
+    component = _component(env=env, fields=fields)
+    assert apply_references(component, {}) == component
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        'client = OpenAI(base_url="http://localhost:8080/v1", api_key="sk-no-key-required")\n',
+        'os.environ["OPENAI_API_KEY"] = "EMPTY"\n',
+        'OPENAI_API_KEY = "lm-studio"\n',
+        'def ask(prompt: str, api_key: str = "not-needed") -> str:\n    return prompt\n',
+        'settings = {"api_key": "ollama", "ANTHROPIC_AUTH_TOKEN": "ollama"}\n',
+    ],
+)
+def test_a_local_servers_dummy_key_in_tool_source_is_stored(source: str) -> None:
+    component = _component(source=source)
+    assert apply_references(component, {}) == component
+
+
+@pytest.mark.parametrize("key", REAL_LOOKING)
+def test_a_real_looking_key_that_contains_a_dummys_word_is_still_refused(key: str) -> None:
+    refused = _refused(_component(fields={"model_client": {"config": {"api_key": key}}}))
+    assert refused.field == f"config.{KEY_PATH}"
+    assert _refused(_component(env={"OPENAI_API_KEY": key})).field == f"config.{SERVER}.env.OPENAI_API_KEY"
+    assert _refused(_component(source=f"OPENAI_API_KEY = {key!r}\n")).field == f"config.{SOURCE}"
+    assert _refused(_component(source=f"client = OpenAI(api_key={key!r})\n")).field == f"config.{SOURCE}"
+
+
+def test_a_real_looking_key_in_a_model_clients_config_is_refused_at_registration(registry: Registry) -> None:
+    with left_unchanged(registry.path), pytest.raises(DefinitionInvalid) as caught:
+        registry.add("researcher", _local_agent(REAL_LOOKING[0]), triage_manifest(name="researcher", persist=[]),
+                     "local model")
+    assert caught.value.field == f"config.{KEY_PATH}"
+
+
+@pytest.mark.parametrize(
+    ("component", "field"),
+    [
+        (_component(fields={"db_password": "not-needed"}), "config.db_password"),
+        (_component(fields={"client_secret": "placeholder"}), "config.client_secret"),
+        (_component(env={"PGPASSWORD": "dummy"}), f"config.{SERVER}.env.PGPASSWORD"),
+        (_component(source='SMTP_PASSWORD = "lm-studio"\n'), f"config.{SOURCE}"),
+    ],
+)
+def test_a_dummy_under_a_passwords_or_a_secrets_name_is_still_refused(component: dict[str, Any], field: str) -> None:
+    assert _refused(component).field == field
