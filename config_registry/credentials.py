@@ -33,7 +33,7 @@ from config_registry.names import (
     name_words,
     names_key_or_token,
 )
-from config_registry.placeholders import is_dummy_key
+from config_registry.placeholders import is_dummy_key, is_relative_file_path
 from config_registry.shell import command_word, decoded_script, encoded_script_at, scripts, simple_commands
 from config_registry.shell import words as shell_words
 
@@ -432,13 +432,20 @@ def holds_no_credential(name: str, value: str) -> bool:
 def is_reference_setting(name: str, value: str) -> bool:
     """Whether a credential's name says where the credential is rather than holding it, as its value shows:
     one whose last word is ``file`` (``POSTGRES_PASSWORD_FILE``, ``--password-file``) or ``credentials``
-    (``GOOGLE_APPLICATION_CREDENTIALS``) given a path, as Docker secrets' and Google's conventions have it;
-    one whose last word is ``header`` (``API_KEY_HEADER``) given a header's name (``X-Api-Key``), or a header
+    (``GOOGLE_APPLICATION_CREDENTIALS``) given a path, absolute or relative (:func:`_is_file_path`), as
+    Docker secrets' and Google's conventions have it; one whose last word is ``header`` (``API_KEY_HEADER``) given a header's name (``X-Api-Key``), or a header
     line whose value is no secret's (:func:`_header_left_out`), rather than the credential itself."""
     words = name_words(name)
     if words[-1:] in (["header"], ["headers"]):
         return _header_left_out(value.strip())
-    return bool(words) and words[-1] in _FILE_WORDS and bool(_PATH.fullmatch(value.strip()))
+    return bool(words) and words[-1] in _FILE_WORDS and _is_file_path(value.strip())
+
+
+def _is_file_path(value: str) -> bool:
+    """An absolute path, one from the home directory or a variable (:data:`_PATH`), or a relative one
+    (``secrets/gcp.json``, ``run/pw``, ``pw.txt``: :func:`~config_registry.placeholders.is_relative_file_path`)
+    that holds no known key shape."""
+    return bool(_PATH.fullmatch(value)) or (is_relative_file_path(value) and known_shape(value) is None)
 
 
 def _header_left_out(value: str) -> bool:

@@ -174,3 +174,31 @@ def test_a_command_kept_under_a_secrets_name_that_prints_no_literal_is_stored() 
     source = 'password_command = "printf %s \\"$(pass show db)\\""\n'
     component = _component(env=env, args=args, fields=fields, source=source)
     assert apply_references(component, {}) == component
+
+
+RELATIVE_PATHS = {
+    "GOOGLE_APPLICATION_CREDENTIALS": "secrets/gcp.json",
+    "DB_PASSWORD_FILE": "./run/pw",
+    "POSTGRES_PASSWORD_FILE": "run/secrets/pg",
+    "SMTP_PASSWORD_FILE": "smtp-password.txt",
+    "AWS_SHARED_CREDENTIALS_FILE": "../config/aws-credentials-2024",
+}
+
+
+def test_a_relative_path_given_for_a_credentials_file_is_stored() -> None:
+    source = "".join(f"{name} = {value!r}\n" for name, value in RELATIVE_PATHS.items())
+    args = ["--password-file", "secrets/pw.txt", "--secret-file=run/secret", "--client-credentials-file", "gcp.json"]
+    fields = {"db_password_file": "run/pw", "google_application_credentials": "config/gcp-service-account.json"}
+    component = _component(env=RELATIVE_PATHS, args=args, source=source, fields=fields)
+    assert apply_references(component, {}) == component
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["hunter2-Xk9!pq", "hunter2SECRET9/pq", "keys/hunter2Xk9pqLm.txt", "hunter2.Xk9", "run/pw;hunter2", "hunter2 pw.txt"],
+)
+def test_a_secret_under_a_file_name_is_refused_though_it_has_a_slash_or_a_dot(value: str) -> None:
+    assert _refused(_component(env={"DB_PASSWORD_FILE": value})).field == f"config.{SERVER}.env.DB_PASSWORD_FILE"
+    assert _refused(_component(fields={"db_password_file": value})).field == "config.db_password_file"
+    assert _refused(_component(source=f"DB_PASSWORD_FILE = {value!r}\n")).field == f"config.{SOURCE}"
+    assert _refused(_component(args=["--password-file", value])).field == f"config.{SERVER}.args.1"
