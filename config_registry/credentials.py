@@ -481,4 +481,14 @@ def variable_credential(name: str, value: str, *, command_may_follow: bool = Fal
     left_out = _variable_left_out if command_may_follow else _left_out
     if name in _NOT_SECRET_VARIABLES or not value or not is_secret_field(name) or left_out(value):
         return None
-    return None if holds_no_credential(name, value) else f"the value of the variable {name!r}"
+    given = _given_before_command(value) if command_may_follow else value
+    return None if holds_no_credential(name, given) else f"the value of the variable {name!r}"
+
+
+def _given_before_command(value: str) -> str:
+    """What a variable set before a command is given (``/run/secrets/pg`` in ``PGPASSWORD_FILE=/run/secrets/pg
+    psql``, ``EMPTY`` in ``OPENAI_API_KEY=EMPTY client``): the value's first word when a space ends it, else
+    the whole value (a quoted word, or one glued to more, is judged whole)."""
+    first = shell_words(value)[:1]
+    rest = value[len(first[0]):] if first and value.startswith(first[0]) else None
+    return first[0] if rest is not None and (not rest or rest[0].isspace()) else value

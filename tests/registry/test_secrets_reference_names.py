@@ -202,3 +202,29 @@ def test_a_secret_under_a_file_name_is_refused_though_it_has_a_slash_or_a_dot(va
     assert _refused(_component(fields={"db_password_file": value})).field == "config.db_password_file"
     assert _refused(_component(source=f"DB_PASSWORD_FILE = {value!r}\n")).field == f"config.{SOURCE}"
     assert _refused(_component(args=["--password-file", value])).field == f"config.{SERVER}.args.1"
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "DB_PASSWORD_FILE=/run/secrets/pg psql -h db",
+        "GOOGLE_APPLICATION_CREDENTIALS=secrets/gcp.json gcloud auth application-default print-access-token",
+        "OPENAI_API_KEY=EMPTY python client.py",
+    ],
+)
+def test_a_path_or_a_dummy_key_given_to_a_variable_set_before_a_command_in_one_argument_is_stored(script: str) -> None:
+    component = _component(args=["-c", script])
+    assert apply_references(component, {}) == component
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "DB_PASSWORD_FILE=hunter2-Xk9!pq psql -h db",
+        "DB_PASSWORD_FILE='/run/pw hunter2' psql",
+        "DB_PASSWORD_FILE=/run/pw;hunter2 psql",
+        "OPENAI_API_KEY=sk-ollama-hunter2SECRET0123 python client.py",
+    ],
+)
+def test_a_secret_given_to_a_variable_set_before_a_command_in_one_argument_is_still_refused(script: str) -> None:
+    assert _refused(_component(args=["-c", script])).field == f"config.{SERVER}.args.1"
