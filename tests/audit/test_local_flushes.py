@@ -18,6 +18,7 @@ from teamstore.audit.transcripts.base import run_key, subject_prefix
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.record import RunKeys
 from tests.audit import inotify
+from tests.disk_calls import record_disk_calls
 
 pytestmark = pytest.mark.skipif(not inotify.AVAILABLE, reason="inotify is Linux's")
 
@@ -141,14 +142,29 @@ async def test_a_transcript_whose_folder_cannot_be_flushed_after_its_rename_is_i
     from teamstore.audit.transcripts import local
     from teamstore.errors import UploadInDoubt
 
-    def failing(folder: Path) -> None:
+    def failing(path: Path, made: object = ()) -> None:
         raise OSError(5, "Input/output error")
 
     store = LocalTranscriptStore(tmp_path / "transcripts")
     key = run_key(ALICE, "r1")
-    monkeypatch.setattr(local, "fsync_folder", failing)
+    monkeypatch.setattr(local, "fsync_name", failing)
     with pytest.raises(UploadInDoubt) as caught:
         await store.put(key, b"alice's words")
     assert "may or may not survive a power loss" in caught.value.message
     assert await store.get(key) == b"alice's words"  # it is there: one that may land, for the run's claim
     assert await store.partial_writes("subjects/") == []  # and no temporary file left beside it
+
+
+async def test_a_transcripts_bytes_are_flushed_before_its_rename_and_its_new_folders_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Renamed unflushed, a power loss can leave the name on an empty file: a transcript the run counted as kept.
+    store = LocalTranscriptStore(tmp_path / "transcripts")
+    key = run_key(ALICE, "r1")
+    calls = record_disk_calls(monkeypatch)
+    await store.put(key, b"alice's words")
+    path = store.root.joinpath(*key.split("/"))
+    seen = calls.around(path)
+    assert seen.source.name.startswith(".tmp-r1.jsonl.gz.") and seen.before == [seen.source]
+    # Its folder, then each folder made for it in the one above, up to the root's in the test's folder.
+    assert seen.after == [folder for folder in path.parents if folder.is_relative_to(tmp_path)]

@@ -42,7 +42,7 @@ from pathlib import Path
 
 from config_registry.folders import PRIVATE, make_folder
 from teamstore.audit.transcripts.base import SUBJECTS, SUFFIX, Capability, StoredObject, check_key
-from teamstore.disk import fsync_folder, fsync_folders
+from teamstore.disk import folders_changed_by_making, fsync_folder, fsync_folders, fsync_name
 from teamstore.errors import StorageError, TranscriptNotFound, UploadInDoubt
 
 TMP_PREFIX = ".tmp-"
@@ -200,8 +200,7 @@ class LocalTranscriptStore:
             os.replace(tmp, path)
             tmp, renamed = None, True
             if durable:  # the new name, and each folder made on the way, in the folder that holds it
-                for folder in (path.parent, *made):
-                    fsync_folder(folder)
+                fsync_name(path, made)
         except OSError as exc:
             if renamed:  # under its name already: readable, and an erasure that listed before it must know
                 raise UploadInDoubt(
@@ -408,11 +407,11 @@ def _folders_made(folder: Path, root: Path) -> list[Path]:
     """
     if folder.is_dir():  # a stat: cheaper than the mkdir that fails on every write after the first
         return []
-    missing = list(itertools.takewhile(lambda step: not step.is_dir(), (folder, *folder.parents)))
+    changed = folders_changed_by_making(folder)
     if not root.is_dir():
         make_folder(root, PRIVATE)  # and the home above it, if this is the first thing made there
     make_folder(folder, PRIVATE)
-    return [step.parent for step in missing]
+    return changed
 
 
 class _Swept:
