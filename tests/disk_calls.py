@@ -41,6 +41,8 @@ class DiskCalls:
     calls: list[tuple[str, Path, Path | None]] = field(default_factory=list)
     failing: set[Path] = field(default_factory=set)
     """Paths whose flush fails (EIO), after it is noted: a disk that fails it."""
+    failing_files_in: set[Path] = field(default_factory=set)
+    """Folders the flush of any file in fails so (a temporary file's random name is not known beforehand)."""
 
     def around(self, target: Path) -> Around:
         """The flushes before and after the last move onto ``target``.
@@ -55,9 +57,21 @@ class DiskCalls:
         flushed = [(i, path) for i, (kind, path, _) in enumerate(self.calls) if kind == "fsync"]
         return Around(self.calls[at][1], [path for i, path in flushed if i < at], [path for i, path in flushed if i > at])
 
+    def flushed(self) -> list[Path]:
+        """Every path flushed, in order."""
+        return [path for kind, path, _ in self.calls if kind == "fsync"]
+
     def fail_flush_of(self, path: Path) -> None:
         """Make every later flush of ``path`` fail, as a failing disk does."""
         self.failing.add(_real(path))
+
+    def fail_file_flushes_in(self, folder: Path) -> None:
+        """Make every later flush of a file in ``folder`` fail, as a failing disk does."""
+        self.failing_files_in.add(_real(folder))
+
+    def fails(self, path: Path) -> bool:
+        """Whether the flush of ``path`` is to fail."""
+        return path in self.failing or (path.parent in self.failing_files_in and not path.is_dir())
 
 
 def record_disk_calls(monkeypatch: pytest.MonkeyPatch) -> DiskCalls:
@@ -68,7 +82,7 @@ def record_disk_calls(monkeypatch: pytest.MonkeyPatch) -> DiskCalls:
     def noted_fsync(fd: Any) -> None:
         path = Path(os.readlink(f"/proc/self/fd/{fd if isinstance(fd, int) else fd.fileno()}"))
         calls.calls.append(("fsync", path, None))
-        if path in calls.failing:
+        if calls.fails(path):
             raise OSError(errno.EIO, os.strerror(errno.EIO))
         fsync(fd)
 

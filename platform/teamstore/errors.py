@@ -131,6 +131,12 @@ class KeyUnavailable(EncryptionError):
     missing or unreadable. Nothing was written; the same call succeeds once the cause is fixed."""
 
 
+class KeyFileInDoubt(EncryptionError):
+    """The local key file took its new content, but its folder could not be flushed to the disk: it reads so now,
+    and may or may not after a power loss. Nothing relied on the change yet (the database recorded none of it);
+    the same command run again flushes the file before anything does."""
+
+
 class DataKeyDamaged(EncryptionError):
     """A user's wrapped data key (its ``ts_data_keys`` row) does not open under the key-encryption key it
     names: the row was changed by hand or damaged. The user's sealed data stays unreadable until the row is

@@ -18,8 +18,9 @@ host's clock) and ``made_by`` names the database whose rotation made it (:mod:`t
 ``keys retire`` can destroy a key its database does not record, made by that database, once it is old enough
 (:mod:`teamstore.keys.unrecorded`). Both sit beside ``keys`` rather than in each entry so that a version from
 before them still reads and writes the file. A key without a date (made before them, or by such a version) is
-dated when the file is next written: never older than it is; one without a maker is never destroyed so. The file is written whole to a temporary file and moved into place, owner-only; a file that group or
-others may read is refused. Losing it makes every payload sealed under it unreadable, for good (docs/erasure.md).
+dated when the file is next written: never older than it is; one without a maker is never destroyed so. The file is written whole to a temporary file and moved into place, owner-only, and
+flushed to the disk before the move and its folder after it (:class:`~teamstore.errors.KeyFileInDoubt` when that
+fails); a file that group or others may read is refused. Losing it makes every payload sealed under it unreadable, for good (docs/erasure.md).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import os
 import secrets
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
@@ -42,7 +43,8 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from config_registry.folders import PRIVATE, make_folder
-from teamstore.errors import ConfigurationError, DataKeyDamaged, KeyDestroyed, KeyUnavailable
+from teamstore.disk import folders_changed_by_making, fsync_name
+from teamstore.errors import ConfigurationError, DataKeyDamaged, KeyDestroyed, KeyFileInDoubt, KeyUnavailable
 
 LOCAL, KMS = "local:", "kms:"
 FORMAT = 1
@@ -227,6 +229,10 @@ class LocalKeyFile:
         Raises:
             KeyUnavailable: The file is missing or unreadable: a new file here would hold the new key alone, and
                 restoring the lost one over it (as the error says to) would lose every data key wrapped since.
+                Or it could not be written: the file is as it was.
+            KeyFileInDoubt: The key is in the file, but its folder could not be flushed. The database must not
+                record it; a rerun makes another (this one is then a key no database records, which ``keys
+                retire`` destroys).
         """
         kek_id = f"{LOCAL}{secrets.token_hex(16)}"
         material = base64.b64encode(os.urandom(32)).decode("ascii")
@@ -243,15 +249,19 @@ class LocalKeyFile:
         """The id of the file's only key, making the file with one if there is none (a new home).
 
         Raises:
-            KeyUnavailable: The file holds several keys (its database must name which is current).
+            KeyUnavailable: The file holds several keys (its database must name which is current), or could not be
+                made.
+            KeyFileInDoubt: The file was made (or found), but its folder could not be flushed: run it again.
         """
-        with self._locked():
+        with self._locked() as made:
             if not self.path.exists():
                 kek_id = f"{LOCAL}{secrets.token_hex(16)}"
                 self._write({"format": FORMAT, "keys": {kek_id: base64.b64encode(os.urandom(32)).decode("ascii")},
-                             "destroyed": []})
+                             "destroyed": []}, made)
                 return kek_id
             keys = list(self._read()["keys"])
+            if len(keys) == 1:  # its database records it next: flushed again, should the write's flush have failed
+                self._flush()
         if len(keys) != 1:
             raise KeyUnavailable(
                 f"the key file {self.path} holds {len(keys)} key-encryption keys and the database records none",
@@ -270,7 +280,9 @@ class LocalKeyFile:
         return {str(kek_id): Made(_made(doc, kek_id), _maker(doc, kek_id)) for kek_id in doc["keys"]}
 
     def date_undated(self) -> None:
-        """Date the file's undated keys now (writing it only if one is)."""
+        """Date the file's undated keys now (writing it only if one is). A rerun after a flush that failed
+        (:class:`KeyFileInDoubt`) flushes nothing again: dates a power loss took are given again, later, and a
+        later date only keeps a key longer."""
         with self._locked():
             doc = self._read()
             if any(_made(doc, kek_id) is None for kek_id in doc["keys"]):
@@ -282,10 +294,13 @@ class LocalKeyFile:
         Raises:
             KeyUnavailable: The file neither holds ``kek_id`` nor lists it as destroyed (another file): the key
                 would live on in the database's own file, while the database recorded it destroyed.
+            KeyFileInDoubt: The key's material is gone from the file, but its folder could not be flushed: a power
+                loss may bring it back, so the database must not record it destroyed until a rerun flushes it.
         """
         with self._locked():
             doc = self._read()
             if kek_id in doc["destroyed"] and kek_id not in doc["keys"]:
+                self._flush()  # a destroy whose flush failed, rerun: until flushed, a power loss brings the key back
                 return
             if doc["keys"].pop(kek_id, None) is None:
                 raise KeyUnavailable(
@@ -350,27 +365,51 @@ class LocalKeyFile:
                                  hint="restore it from its backup")
         return identity, doc
 
-    def _write(self, doc: dict[str, Any]) -> None:
+    def _write(self, doc: dict[str, Any], made: Iterable[Path] = ()) -> None:
+        """Write the file whole beside itself, flushed, rename it into place, then flush its folder (and ``made``:
+        the folders :meth:`_locked` made for it): a key the database records must outlive a power loss.
+
+        Raises:
+            KeyUnavailable: It could not be written; the file is as it was.
+            KeyFileInDoubt: It took its new content, but its folder could not be flushed.
+        """
         # Through a symlink to the file itself (kept apart, on a volume that is backed up): replacing the link
         # would leave the new key only here, and the backed-up file without it.
         target = self.path.resolve()
-        make_folder(target.parent, PRIVATE)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")  # 0600
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump(_dated(doc), handle)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+            made = [*made, *folders_changed_by_making(target.parent)]
+            make_folder(target.parent, PRIVATE)
+            _replace(target, json.dumps(_dated(doc)))
+        except OSError as exc:
+            raise KeyUnavailable(f"could not write the key file {self.path} ({exc.strerror or exc}); it is as it was",
+                                 hint="check the permissions of its folder and the space left, then run the same "
+                                 "command again") from None
+        self._flush(made)
+
+    def _flush(self, made: Iterable[Path] = ()) -> None:
+        """Put the file's name (and ``made``) on the disk. Also what a rerun of a write whose flush failed does, when
+        it finds the change made already and so writes nothing (:class:`KeyFileInDoubt`).
+
+        Raises:
+            KeyFileInDoubt: A folder could not be flushed.
+        """
+        try:
+            fsync_name(self.path.resolve(), made)
+        except OSError as exc:
+            raise KeyFileInDoubt(
+                f"the key file {self.path} was written, but its folder could not be flushed to the disk "
+                f"({exc.strerror or exc}): it may or may not hold the change after a power loss, so the database "
+                "records none of it",
+                hint="check the disk that holds the key file, then run the same command again: it flushes the file "
+                "before the database relies on it",
+            ) from None
 
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        """Serialise changes to the file across processes (a lock file beside it)."""
+    def _locked(self) -> Iterator[list[Path]]:
+        """Serialise changes to the file across processes (a lock file beside it). Yields the folders whose
+        entries making its folder changed (:func:`folders_changed_by_making`), for a new file's :meth:`_write`."""
         try:
+            made = folders_changed_by_making(self.path.parent)
             make_folder(self.path.parent, PRIVATE)
             fd = os.open(self.path.with_name(self.path.name + ".lock"), os.O_CREAT | os.O_RDWR, 0o600)
         except OSError as exc:
@@ -378,7 +417,23 @@ class LocalKeyFile:
                                  hint="check that its folder is writable by this user") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
+            yield made
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
+
+
+def _replace(target: Path, text: str) -> None:
+    """Make ``text`` the file at ``target`` (0600): written beside it and flushed, then renamed over it, so that
+    neither a reader nor a power loss ever meets the name on half a file, or on an empty one."""
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")  # 0600
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

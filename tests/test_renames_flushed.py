@@ -1,0 +1,115 @@
+"""Every file teamstore writes by a rename outlives a power loss once the write returns: its bytes are flushed before
+the rename, its folder after it (and the folders made for it, in theirs). A flush that fails after the rename says
+what state the file is left in. The transcript folder's own: tests/audit/test_local_flushes.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from teamstore.errors import KeyFileInDoubt, KeyUnavailable
+from teamstore.keys.kek import LocalKeyFile
+from tests.disk_calls import record_disk_calls
+
+
+def _up_to(path: Path, top: Path) -> list[Path]:
+    """The folders from ``path``'s own up to ``top``, deepest first: those a write into a new ``top`` made."""
+    return [folder for folder in path.parents if folder.is_relative_to(top)]
+
+
+def _keys(path: Path) -> dict[str, str]:
+    keys: dict[str, str] = json.loads(path.read_text())["keys"]
+    return keys
+
+
+def test_a_new_key_file_is_flushed_before_its_rename_and_its_folder_and_the_folders_made_for_it_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Lost to a power loss, the key file takes every payload sealed under its keys with it.
+    path = tmp_path / "home" / "keys" / "key-encryption-keys.json"
+    calls = record_disk_calls(monkeypatch)
+    LocalKeyFile(path).first()
+    seen = calls.around(path)
+    assert seen.before == [seen.source] and seen.source.parent == path.parent
+    assert seen.after == _up_to(path, tmp_path)
+
+
+def test_a_rotations_key_and_a_destroyed_one_are_flushed_before_the_rename_and_the_folder_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keys = LocalKeyFile(tmp_path / "key-encryption-keys.json")
+    first = keys.first()
+    calls = record_disk_calls(monkeypatch)
+    keys.create()
+    made = calls.around(keys.path)
+    assert made.before == [made.source] and made.after == [tmp_path]
+    calls.calls.clear()
+    keys.destroy(first)
+    destroyed = calls.around(keys.path)
+    assert destroyed.before == [destroyed.source] and destroyed.after == [tmp_path]
+
+
+def test_a_rotations_key_whose_folder_cannot_be_flushed_is_in_doubt_and_not_for_the_database_to_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keys = LocalKeyFile(tmp_path / "key-encryption-keys.json")
+    keys.first()
+    calls = record_disk_calls(monkeypatch)
+    calls.fail_flush_of(tmp_path)
+    with pytest.raises(KeyFileInDoubt) as caught:
+        keys.create()
+    assert "may or may not hold the change after a power loss" in caught.value.message
+    assert "run the same command again" in (caught.value.hint or "")
+    assert len(_keys(keys.path)) == 2  # in the file now: a key no database records, which `keys retire` destroys
+    assert list(tmp_path.glob(".key-encryption-keys.json.*")) == []  # and no temporary file beside it
+
+
+def test_a_rotations_key_that_cannot_be_flushed_before_its_rename_is_unavailable_and_the_file_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keys = LocalKeyFile(tmp_path / "key-encryption-keys.json")
+    first = keys.first()
+    calls = record_disk_calls(monkeypatch)
+    calls.fail_file_flushes_in(tmp_path)
+    with pytest.raises(KeyUnavailable) as caught:  # was an OSError of no teamstore type
+        keys.create()
+    assert "it is as it was" in caught.value.message
+    assert list(_keys(keys.path)) == [first]
+    assert sorted(seen.name for seen in tmp_path.iterdir()) == [keys.path.name, f"{keys.path.name}.lock"]  # no half
+
+
+def test_a_new_key_file_whose_folder_cannot_be_flushed_is_flushed_by_the_rerun_before_its_key_is_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The rerun finds the file there and writes nothing: it must flush it anyway, or the database would record a
+    # key a power loss may still take.
+    keys = LocalKeyFile(tmp_path / "key-encryption-keys.json")
+    calls = record_disk_calls(monkeypatch)
+    calls.fail_flush_of(tmp_path)
+    with pytest.raises(KeyFileInDoubt):
+        keys.first()
+    calls.failing.clear()
+    calls.calls.clear()
+    assert keys.first() == next(iter(_keys(keys.path)))
+    assert calls.flushed() == [tmp_path]
+
+
+def test_a_destroyed_key_whose_folder_cannot_be_flushed_is_flushed_by_the_rerun(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Until flushed, a power loss may bring the key back: the database records it destroyed only after a rerun.
+    keys = LocalKeyFile(tmp_path / "key-encryption-keys.json")
+    old = keys.first()
+    keys.create()
+    calls = record_disk_calls(monkeypatch)
+    calls.fail_flush_of(tmp_path)
+    with pytest.raises(KeyFileInDoubt):
+        keys.destroy(old)
+    assert old not in _keys(keys.path)
+    calls.failing.clear()
+    calls.calls.clear()
+    keys.destroy(old)
+    assert calls.flushed() == [tmp_path]
