@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from teamstore.errors import KeyFileInDoubt, KeyUnavailable
+from teamstore.analytics.page import write_page
+from teamstore.errors import (
+    ExportFailed,
+    KeyFileInDoubt,
+    KeyUnavailable,
+    ReportNotWritten,
+)
+from teamstore.export.archive import open_archive
 from teamstore.keys.kek import LocalKeyFile
 from tests.disk_calls import record_disk_calls
 
@@ -113,3 +120,53 @@ def test_a_destroyed_key_whose_folder_cannot_be_flushed_is_flushed_by_the_rerun(
     calls.calls.clear()
     keys.destroy(old)
     assert calls.flushed() == [tmp_path]
+
+
+def test_the_cost_page_is_flushed_before_its_rename_and_its_folder_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    page = tmp_path / "cost.html"
+    calls = record_disk_calls(monkeypatch)
+    write_page(page, "<html>this week's page</html>")
+    seen = calls.around(page)
+    assert seen.before == [seen.source] and seen.after == [tmp_path]
+
+
+def test_a_cost_page_whose_folder_cannot_be_flushed_says_it_may_not_outlive_a_power_loss(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Nothing relies on the page: a rerun writes it whole again, so the command fails and says so.
+    page = tmp_path / "cost.html"
+    calls = record_disk_calls(monkeypatch)
+    calls.fail_flush_of(tmp_path)
+    with pytest.raises(ReportNotWritten, match="may not outlive a power loss") as caught:
+        write_page(page, "<html>this week's page</html>")
+    assert "run the same command again" in (caught.value.hint or "")
+    assert [seen.name for seen in tmp_path.iterdir()] == ["cost.html"]
+
+
+@pytest.mark.parametrize("name", ["alice.zip", "alice"])
+def test_an_export_archive_is_flushed_before_it_takes_its_name_and_its_folder_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    target = tmp_path / name
+    archive = open_archive(target)
+    archive.add("profile.json", b"{}")
+    calls = record_disk_calls(monkeypatch)
+    archive.commit()
+    seen = calls.around(target)  # a zip file is linked to its name, a folder renamed
+    flushed = [seen.source] if name.endswith(".zip") else [seen.source / "profile.json", seen.source]  # files first
+    assert seen.before == flushed and seen.after == [tmp_path]
+
+
+def test_an_export_archive_whose_folder_cannot_be_flushed_is_removed_and_the_export_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Not in doubt: the export is recorded done only once its archive is flushed, and this one is taken back.
+    archive = open_archive(tmp_path / "alice.zip")
+    archive.add("profile.json", b"{}")
+    calls = record_disk_calls(monkeypatch)
+    calls.fail_flush_of(tmp_path)
+    with pytest.raises(ExportFailed, match="could not flush the folder"):
+        archive.commit()
+    assert list(tmp_path.iterdir()) == []

@@ -34,6 +34,7 @@ from teamstore.audit.cost import TIME
 from teamstore.audit.cost_report import CostReport, CostRow, money
 from teamstore.audit.prices import PriceTable
 from teamstore.db.snapshot import read_snapshot
+from teamstore.disk import fsync_name
 from teamstore.errors import ConfigurationError, ReportNotWritten, refused_value
 
 OUTCOMES = ("completed", "ended by a limit", "failed")
@@ -367,23 +368,38 @@ def write_page(target: Path, html: str) -> None:
     page regenerated on a schedule needs (a symlink there is replaced itself: the page is not written through
     it to wherever it points).
 
+    Its bytes are flushed to the disk before the move and its folder after it, so a page the command said it wrote
+    outlives a power loss.
+
     Raises:
-        ReportNotWritten: The file could not be written; nothing else was changed.
+        ReportNotWritten: The file could not be written (nothing else was changed), or it was, but its folder could
+            not be flushed (the message says so). Not an outcome in doubt to record: nothing else relies on the
+            page, and the same command run again writes it whole again.
     """
     try:
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")  # 0600, whatever the umask
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(html)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, target)
-        except BaseException:  # half a page (a full disk, an interrupt) must not stay beside the target
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        _replace(target, html)
     except OSError as exc:
         raise _not_written(target, exc) from exc
+    try:
+        fsync_name(target)
+    except OSError as exc:
+        raise ReportNotWritten(f"wrote {target}, but its folder could not be flushed to the disk "
+                               f"({exc.strerror or type(exc).__name__}): it may not outlive a power loss",
+                               hint="check the disk it is on, then run the same command again") from exc
+
+
+def _replace(target: Path, html: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")  # 0600, whatever the umask
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(html)
+            handle.flush()
+            os.fsync(handle.fileno())  # before the rename: else a power loss could leave the name on an empty file
+        os.replace(tmp, target)
+    except BaseException:  # half a page (a full disk, an interrupt) must not stay beside the target
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _not_written(target: Path, exc: OSError) -> ReportNotWritten:
