@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 
 from teamstore.analytics.page import write_page
+from teamstore.audit.warehouse.local import LocalPartitions
 from teamstore.errors import (
     ExportFailed,
     KeyFileInDoubt,
     KeyUnavailable,
+    LedgerExportFailed,
     ReportNotWritten,
 )
 from teamstore.export.archive import open_archive
@@ -170,3 +172,40 @@ def test_an_export_archive_whose_folder_cannot_be_flushed_is_removed_and_the_exp
     with pytest.raises(ExportFailed, match="could not flush the folder"):
         archive.commit()
     assert list(tmp_path.iterdir()) == []
+
+
+def _partition(sink: LocalPartitions, key: str) -> None:
+    staged = sink.stage(key)
+    staged.write_bytes(b"PAR1 a day's rows PAR1")
+    sink.commit(key, staged)
+
+
+def test_a_ledger_partition_is_flushed_before_its_rename_and_the_folders_made_for_it_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sink = LocalPartitions(tmp_path / "warehouse")
+    first, second = "day=2026-11-30/part-00000.parquet", "day=2026-12-01/part-00000.parquet"
+    calls = record_disk_calls(monkeypatch)
+    _partition(sink, first)
+    seen = calls.around(sink.root / first)
+    assert seen.before == [seen.source] and seen.after == _up_to(sink.root / first, tmp_path)
+    _partition(sink, second)  # a new day's folder: in the export's own
+    assert calls.around(sink.root / second).after == [sink.root / "day=2026-12-01", sink.root]
+    _partition(sink, first)  # the day again: its folder, and the export's (cheap, and a rerun's way to flush them)
+    assert calls.around(sink.root / first).after == [sink.root / "day=2026-11-30", sink.root]
+
+
+def test_a_ledger_partition_whose_folder_cannot_be_flushed_says_it_may_not_outlive_a_power_loss(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An export records nothing, and its rerun replaces the day whole: it fails, and says so.
+    sink = LocalPartitions(tmp_path / "warehouse")
+    key = "day=2026-11-30/part-00000.parquet"
+    calls = record_disk_calls(monkeypatch)
+    calls.fail_flush_of(sink.root / "day=2026-11-30")
+    with pytest.raises(LedgerExportFailed, match="may not outlive a power loss") as caught:
+        _partition(sink, key)
+    assert "run the same export again" in (caught.value.hint or "")
+    calls.failing.clear()
+    _partition(LocalPartitions(sink.root), key)  # the rerun, in a process of its own, flushes what the first made
+    assert calls.around(sink.root / key).after == [sink.root / "day=2026-11-30", sink.root]

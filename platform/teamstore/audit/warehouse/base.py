@@ -27,7 +27,9 @@ class PartitionSink(Protocol):
         """Make ``staged`` the file at ``key``, replacing any; ``staged`` is gone afterwards.
 
         Raises:
-            LedgerExportFailed: The destination refused it; what was at ``key`` is unchanged.
+            LedgerExportFailed: The destination refused it (what was at ``key`` is unchanged), or took it but could
+                not make it outlive a power loss (a folder not flushed: the message says so). Either way the same
+                export run again writes it whole.
         """
         ...
 
