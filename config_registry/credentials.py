@@ -33,7 +33,7 @@ from config_registry.names import (
     name_words,
     names_key_or_token,
 )
-from config_registry.placeholders import is_dummy_key, is_relative_file_path
+from config_registry.placeholders import is_dummy_key, is_relative_file_path, left_out, variable_left_out
 from config_registry.shell import command_word, decoded_script, encoded_script_at, scripts, simple_commands
 from config_registry.shell import words as shell_words
 
@@ -62,26 +62,6 @@ _ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.DOTALL)
 _HEADER_LINE = re.compile(r"([A-Za-z][A-Za-z0-9-]*):\s*(.*)", re.DOTALL)
 # A header's name, its words of letters ("X-Api-Key", "X-Hub-Signature-256"), which a random token is not.
 _HEADER_NAME = re.compile(r"[A-Za-z]+(?:-[A-Za-z0-9]+)*")
-# ... unless its value is left for the program to expand from its own environment: ``${AUTH_TOKEN}``,
-# cmd's ``%AUTH_TOKEN%`` and ``!AUTH_TOKEN!``, PowerShell's ``$env:AUTH_TOKEN`` ...
-_AUTHORIZATION_SCHEME = re.compile(r"(?:bearer|basic|token)\s+", re.IGNORECASE)
-_PLACEHOLDER = re.compile(
-    r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|%[A-Za-z_][A-Za-z0-9_]*%|![A-Za-z_][A-Za-z0-9_]*!|"
-    r"(?i:\$env:)[A-Za-z_][A-Za-z0-9_]*"
-)
-# ... or a parameter code fills in when it runs: SQL's ("password_hash=?", "%s", "%(pw)s", ":pw", "$1") and
-# Python's str.format ("PGPASSWORD={} psql") ...
-_CODE_PARAMETER = re.compile(r"\?|%s|%\([A-Za-z_]\w*\)s|:[A-Za-z_]\w*|\$\d+|\{[A-Za-z_]?\w*\}")
-# ... also with what the shell does when it is unset (``${DB_PASSWORD:?}``, ``${DB_PASSWORD:-}``): an error's
-# message is no value, but a default is one, and must itself leave the secret out ...
-_EXPANSION = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*(?::?\?[^{}]*|:?[-=+](.*))\}", re.DOTALL)
-# ... or read by the shell when the command runs, a whole value ("PGPASSWORD=$(cat /run/secrets/pg)"), PowerShell's "(Get-Content C:\secrets\pg.txt)" or "(Get-Secret pg -AsPlainText)"), or
-# written as an example of what goes there ("PGPASSWORD=...", "TOKEN=<your token>").
-_EXAMPLE_VALUE = re.compile(
-    r"\$\((?:[^()]|\([^()]*\))*\)|`[^`]*`|\.{3,}|\u2026|<[^<>]*>|"
-    r"\(\s*(?i:get-content|gc|cat|type|get-secret|get-azkeyvaultsecret)\s[^();&|]*\)(?:\.Trim\(\))?",
-    re.DOTALL,
-)
 # A name that names a credential with "file" after it gives the path of a file that holds the credential
 # (Docker secrets' "POSTGRES_PASSWORD_FILE=/run/secrets/pg", "--password-file /run/secrets/pw"), and so does
 # Google's GOOGLE_APPLICATION_CREDENTIALS: a reference only when given a path, since a secret put there by
@@ -205,7 +185,7 @@ def _connection_credential(value: str) -> str | None:
     A connection string is name=value pairs and nothing else; a prompt that explains one is prose. A value
     the program expands from its environment (``password=${PGPASSWORD}``) holds no secret."""
     for name, secret in connection_pairs(value) or ():
-        if secret and is_secret_field(name) and not _left_out(secret) and not holds_no_credential(name, secret):
+        if secret and is_secret_field(name) and not left_out(secret) and not holds_no_credential(name, secret):
             return f"a connection string's {name!r}"
     return None
 
@@ -294,7 +274,8 @@ def kept_command_credential(name: str, value: str) -> str | None:
 
 def _prints_literal(text: str) -> bool:
     """Whether a command in ``text`` is ``echo`` or ``printf`` given a literal (``printf`` past its format when
-    it has more), not a ``$VAR`` or ``$(command)`` (:func:`_left_out`) or a redirection's target."""
+    it has more), not a ``$VAR`` or ``$(command)`` (:func:`~config_registry.placeholders.left_out`)
+    or a redirection's target."""
     for words in simple_commands(text):
         at = command_word(words)
         if at is None or not _PRINTS.fullmatch(words[at]):
@@ -303,7 +284,7 @@ def _prints_literal(text: str) -> bool:
                  if not word.startswith("-") and not _REDIRECTION.match(word)
                  and not _REDIRECTION.fullmatch(words[index - 1])]
         given = given[1:] if words[at].lower().endswith("printf") and len(given) > 1 else given
-        if any(not _left_out(word) for word in given):
+        if any(not left_out(word) for word in given):
             return True
     return False
 
@@ -311,7 +292,7 @@ def _prints_literal(text: str) -> bool:
 def _secret_flag(flag: str, value: str) -> bool:
     """Whether the flag ``flag`` given ``value`` gives a secret: a flag named for one, given neither a value
     that leaves it out nor a path to a ``file`` flag (``--password-file /run/secrets/pw``)."""
-    return is_secret_field(flag) and not _left_out(value) and not holds_no_credential(flag, value)
+    return is_secret_field(flag) and not left_out(value) and not holds_no_credential(flag, value)
 
 
 def command_line_credential(text: str) -> str | None:
@@ -380,7 +361,7 @@ def program_passwords(words: list[str]) -> dict[int, str]:
     if program is not None and _MYSQL_CLIENT.fullmatch(words[program]):
         return {
             index: GLUED_PASSWORD for index in range(program + 1, len(words))
-            if (glued := _MYSQL_PASSWORD.fullmatch(words[index])) and not _left_out(glued.group(1))
+            if (glued := _MYSQL_PASSWORD.fullmatch(words[index])) and not left_out(glued.group(1))
         }
     if program is not None and _SSHPASS.fullmatch(words[program]):
         index = _sshpass_password(words, program + 1)
@@ -392,33 +373,11 @@ def _sshpass_password(words: list[str], index: int) -> int | None:
     """The index of the password among sshpass's options (before the command it runs), if one is given."""
     while index < len(words) and words[index].startswith("-") and words[index] != "-p":
         if words[index].startswith("-p"):
-            return None if _left_out(words[index][2:]) else index
+            return None if left_out(words[index][2:]) else index
         index += 2 if words[index] in _SSHPASS_VALUE_OPTIONS else 1
-    if index + 1 < len(words) and words[index] == "-p" and not _left_out(words[index + 1]):
+    if index + 1 < len(words) and words[index] == "-p" and not left_out(words[index + 1]):
         return index + 1
     return None
-
-
-def _left_out(value: str) -> bool:
-    """Whether a value leaves the secret out: a ``${VAR}`` (``%VAR%``, ``$env:VAR``) the program expands from
-    its environment, with no default or one that leaves it out in turn (``${VAR:?}``, ``${VAR:-$OTHER}``), a
-    ``$(command)`` the shell runs, a parameter code fills in (SQL's ``?``), or an example of what goes there
-    (``...``, ``<your token>``)."""
-    scheme = _AUTHORIZATION_SCHEME.match(value)
-    value = value[scheme.end():] if scheme else value
-    expansion = _EXPANSION.fullmatch(value)
-    if expansion is not None:
-        return not expansion.group(1) or _left_out(expansion.group(1))
-    return any(pattern.fullmatch(value) for pattern in (_PLACEHOLDER, _CODE_PARAMETER, _EXAMPLE_VALUE))
-
-
-def _variable_left_out(value: str) -> bool:
-    """Whether a variable's value leaves the secret out (:func:`_left_out`), also when a command follows it
-    in one argument that is a whole command line (``PGPASSWORD=${DB_PASSWORD:?} psql``), but not with text
-    glued to it (``$(cat /x)pw``)."""
-    first = shell_words(value)[:1]
-    return _left_out(value) or (bool(first) and first != [value] and value.startswith(first[0])
-                                and _left_out(first[0]))
 
 
 def holds_no_credential(name: str, value: str) -> bool:
@@ -454,7 +413,7 @@ def _header_left_out(value: str) -> bool:
     if _HEADER_NAME.fullmatch(value):
         return True
     line = _HEADER_LINE.fullmatch(value)
-    return line is not None and (not is_secret_field(line.group(1)) or _left_out(line.group(2).strip()))
+    return line is not None and (not is_secret_field(line.group(1)) or left_out(line.group(2).strip()))
 
 
 def _argument_credential(text: str) -> str | None:
@@ -464,22 +423,22 @@ def _argument_credential(text: str) -> str | None:
     found = variable_credential(variable.group(1), variable.group(2), command_may_follow=True) if variable else None
     header = _HEADER_LINE.fullmatch(text)
     if found is None and header and header.group(2).strip() and is_secret_field(header.group(1)):
-        found = None if _left_out(header.group(2).strip()) else f"the value of the header {header.group(1)!r}"
+        found = None if left_out(header.group(2).strip()) else f"the value of the header {header.group(1)!r}"
     return found
 
 
 def variable_credential(name: str, value: str, *, command_may_follow: bool = False) -> str | None:
     """Whether setting the variable ``name`` to ``value`` sets a secret: a name that means a credential (not
-    the shell's ``PWD`` or ``OLDPWD``) given a value that does not leave it out (:func:`_left_out`), nor a
+    the shell's ``PWD`` or ``OLDPWD``) given a value that does not leave it out (:func:`~config_registry.placeholders.left_out`), nor a
     path given to a ``_FILE`` variable or a dummy key to a key's (:func:`holds_no_credential`). With ``command_may_follow`` the value is
     the rest of a command line, and a value that leaves the secret out may be followed by the command it is
-    set for (``PGPASSWORD=${DB_PASSWORD:?} psql``): :func:`_variable_left_out`. A variable whose name says it
+    set for (``PGPASSWORD=${DB_PASSWORD:?} psql``): :func:`~config_registry.placeholders.variable_left_out`. A variable whose name says it
     holds a command line (``PASSWORD_COMMAND``) is read as one (:func:`command_line_credential`)."""
     value = value.strip()
     if holds_command_line(name):  # "DB_PASSWORD_COMMAND=pass show db"
         return kept_command_credential(name, value)
-    left_out = _variable_left_out if command_may_follow else _left_out
-    if name in _NOT_SECRET_VARIABLES or not value or not is_secret_field(name) or left_out(value):
+    leaves_out = variable_left_out if command_may_follow else left_out
+    if name in _NOT_SECRET_VARIABLES or not value or not is_secret_field(name) or leaves_out(value):
         return None
     given = _given_before_command(value) if command_may_follow else value
     return None if holds_no_credential(name, given) else f"the value of the variable {name!r}"
