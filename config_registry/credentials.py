@@ -64,10 +64,12 @@ _HEADER_LINE = re.compile(r"([A-Za-z][A-Za-z0-9-]*):\s*(.*)", re.DOTALL)
 _HEADER_NAME = re.compile(r"[A-Za-z]+(?:-[A-Za-z0-9]+)*")
 # A name that names a credential with "file" after it gives the path of a file that holds the credential
 # (Docker secrets' "POSTGRES_PASSWORD_FILE=/run/secrets/pg", "--password-file /run/secrets/pw"), and so does
-# Google's GOOGLE_APPLICATION_CREDENTIALS: a reference only when given a path, since a secret put there by
-# mistake is as easy to make as it is with the others.
-_FILE_WORDS = frozenset({"file", "credentials"})
-_PATH = re.compile(r"(?:/|\./|\.\./|~/|[A-Za-z]:[\\/]|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?/)[^\s;&|<>]*")
+# one with "credentials" after it (Google's GOOGLE_APPLICATION_CREDENTIALS): a reference only when given a
+# path, since a secret put there by mistake is as easy to make as it is with the others. A credentials name
+# takes an absolute path alone (a path from the root, the home directory or a variable), since a user and
+# password pair ("scott/tiger") reads as a relative one; Google's alone takes a relative ".json" path too.
+_PATH = re.compile(r"(?:/|~/|[A-Za-z]:[\\/]|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?/)[^\s;&|<>]*")
+_GOOGLE_CREDENTIALS = ["google", "application", "credentials"]
 # A variable set as a shell sets it, before a command or alone ("PGPASSWORD=pw psql -h db", "env -i
 # MYSQL_PWD=pw mysql", "export PGPASSWORD=pw", Windows' "set PGPASSWORD=pw", PowerShell's
 # "$env:PGPASSWORD='pw'"), also after another command ("cd /srv && PGPASSWORD=pw psql"): the names are an
@@ -390,19 +392,26 @@ def holds_no_credential(name: str, value: str) -> bool:
 
 def is_reference_setting(name: str, value: str) -> bool:
     """Whether a credential's name says where the credential is rather than holding it, as its value shows:
-    one whose last word is ``file`` (``POSTGRES_PASSWORD_FILE``, ``--password-file``) or ``credentials``
-    (``GOOGLE_APPLICATION_CREDENTIALS``) given a path, absolute or relative (:func:`_is_file_path`), as
-    Docker secrets' and Google's conventions have it; one whose last word is ``header`` (``API_KEY_HEADER``) given a header's name (``X-Api-Key``), or a header
-    line whose value is no secret's (:func:`_header_left_out`), rather than the credential itself."""
-    words = name_words(name)
+    one whose last word is ``file`` (``POSTGRES_PASSWORD_FILE``, ``--password-file``) given a path, absolute
+    or relative (:func:`_is_file_path`), as Docker secrets' convention has it; one whose last word is
+    ``credentials`` given an absolute path (:data:`_PATH`), or for Google's ``GOOGLE_APPLICATION_CREDENTIALS``
+    a relative ``.json`` one too; one whose last word is ``header`` (``API_KEY_HEADER``) given a header's name
+    (``X-Api-Key``), or a header line whose value is no secret's (:func:`_header_left_out`), rather than the
+    credential itself."""
+    words, value = name_words(name), value.strip()
     if words[-1:] in (["header"], ["headers"]):
-        return _header_left_out(value.strip())
-    return bool(words) and words[-1] in _FILE_WORDS and _is_file_path(value.strip())
+        return _header_left_out(value)
+    if words[-1:] == ["file"]:
+        return _is_file_path(value)
+    if words[-1:] != ["credentials"]:
+        return False
+    google = words == _GOOGLE_CREDENTIALS and value.lower().endswith(".json")
+    return bool(_PATH.fullmatch(value)) or (google and _is_file_path(value))
 
 
 def _is_file_path(value: str) -> bool:
     """An absolute path, one from the home directory or a variable (:data:`_PATH`), or a relative one
-    (``secrets/gcp.json``, ``run/pw``, ``pw.txt``: :func:`~config_registry.placeholders.is_relative_file_path`)
+    (``secrets/gcp.json``, ``./run/pw``, ``pw.txt``: :func:`~config_registry.placeholders.is_relative_file_path`)
     that holds no known key shape."""
     return bool(_PATH.fullmatch(value)) or (is_relative_file_path(value) and known_shape(value) is None)
 

@@ -7,7 +7,7 @@ for, the path of the file a credential is read from, and a value that leaves the
     is_dummy_key("EMPTY")                          # True: vLLM's documented placeholder
     is_dummy_key("sk-ollama-8f3a9c2b7d1e4f5a")     # False: a real-looking key that merely contains one
     is_relative_file_path("secrets/gcp.json")      # True
-    is_relative_file_path("hunter2-Xk9!pq")        # False
+    is_relative_file_path("Pa55.word")             # False: a password with a dot in it
     left_out("${DB_PASSWORD:?}")                   # True: the program expands it from its environment
 
 Nothing here reads a name: :mod:`config_registry.credentials` decides under which names these stand in.
@@ -37,14 +37,22 @@ DUMMY_KEYS = frozenset({
     "x",
 })
 
-# A relative path: segments of path characters, at least two of them or one with a file extension
-# ("secrets/gcp.json", "run/pw", "pw.txt"), leading "./" or "../" allowed; no spaces or shell metacharacters.
-_RELATIVE_PATH = re.compile(
-    r"(?:\.{1,2}/)*[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)+/?|"
-    r"(?:\.{1,2}/)*[A-Za-z0-9_-][A-Za-z0-9_.-]*\.(?:[a-z][a-z0-9]{0,9}|[A-Z][A-Z0-9]{0,9})"  # one case: not "Xk9"
-)
-# What a path's words are split at: its separators and the punctuation of file names.
-_PATH_PUNCTUATION = re.compile(r"[/._-]+")
+# A relative path names its file by one of these extensions (case ignored): keys, certificates and keystores,
+# and the text and config formats a secret is written in. Not "pass", "secret" or "password": "my.password"
+# and "Hunter.Pass" are passwords as often as they are files.
+FILE_EXTENSIONS = frozenset({
+    "json", "pem", "key", "crt", "cer", "der", "p12", "pfx", "jks", "keystore",
+    "txt", "env", "yaml", "yml", "toml", "ini", "conf", "cfg", "cnf", "pw",
+})
+# ... or is one of the dot-files that hold credentials by convention (case ignored).
+DOT_FILES = frozenset({".pgpass", ".env", ".netrc", ".npmrc", ".pypirc", ".my.cnf", ".git-credentials", ".dockercfg"})
+# A relative path: a leading "./" or "../" (group 1), then segments of path characters with no space, shell
+# metacharacter or trailing slash (group 2).
+_RELATIVE_PATH = re.compile(r"((?:\.{1,2}/)*)([A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)*)")
+# A segment after "./" or "../" with no extension: lower-case words ("./run/pw"), where "./hunter2" is a password.
+_PLAIN_SEGMENT = re.compile(r"[a-z_-]+|\.{1,2}")
+# What a segment's words are split at: the punctuation of file names.
+_WORD_PUNCTUATION = re.compile(r"[._-]+")
 
 # A value that leaves the secret out: one left for the program to expand from its own environment
 # (``${AUTH_TOKEN}``, cmd's ``%AUTH_TOKEN%`` and ``!AUTH_TOKEN!``, PowerShell's ``$env:AUTH_TOKEN``) ...
@@ -74,18 +82,36 @@ def is_dummy_key(value: str) -> bool:
 
 
 def is_relative_file_path(value: str) -> bool:
-    """Whether ``value`` reads as a relative file path (:data:`_RELATIVE_PATH`) none of whose words looks like
-    a random token (8 or more characters mixing letters and digits, or 24 or more, as a key or a password
-    has), so that a password or a base64 key with a slash or a dot in it is no path."""
-    if not _RELATIVE_PATH.fullmatch(value):
+    """Whether ``value`` reads as a relative file path (:data:`_RELATIVE_PATH`): one whose file has a known
+    extension (:data:`FILE_EXTENSIONS`) or is a known dot-file (:data:`DOT_FILES`), every word of whose
+    segments reads as a name's (:func:`_reads_as_name`), or one that starts with "./" or "../" whose segments
+    are lower-case words (:data:`_PLAIN_SEGMENT`). A password or a key with a slash or a dot in it is no path:
+    "Pa55.word", "sDX5/J.iNCBk", "correct/horse/battery/staple", "./hunter2"."""
+    path = _RELATIVE_PATH.fullmatch(value)
+    if path is None:
         return False
-    return not any(_looks_random(word) for word in _PATH_PUNCTUATION.split(value))
+    *folders, file = path.group(2).split("/")
+    stem, dot, extension = file.rpartition(".")
+    if file.lower() in DOT_FILES:
+        return all(map(_reads_as_name, folders))
+    if dot and extension.lower() in FILE_EXTENSIONS:
+        return all(map(_reads_as_name, [*folders, stem]))
+    return bool(path.group(1)) and all(_PLAIN_SEGMENT.fullmatch(segment) for segment in [*folders, file])
 
 
-def _looks_random(word: str) -> bool:
-    """A word of a password or a key rather than of a file name: "prod", "gcp", "2024" and "v1" are not."""
-    mixed = any(c.isdigit() for c in word) and any(c.isalpha() for c in word)
-    return len(word) >= 24 or (len(word) >= 8 and mixed)
+def _reads_as_name(segment: str) -> bool:
+    """Whether each word of a path's segment is a name's rather than a password's or a key's: digits alone
+    ("2024") or letters alone in one case or capitalised ("gcp", "GCP", "Prod"), shorter than 24; not a digit
+    mixed into letters ("Pa55", "v1") nor a capital inside a word ("wJalrXUtnFEMI")."""
+    for word in _WORD_PUNCTUATION.split(segment):
+        if len(word) >= 24 or not (word.isdigit() or _one_case(word)):
+            return False
+    return True
+
+
+def _one_case(word: str) -> bool:
+    """Letters alone, in lower case, in upper case, or capitalised."""
+    return not word or (word.isalpha() and (word.islower() or word.isupper() or word.istitle()))
 
 
 def left_out(value: str) -> bool:

@@ -179,29 +179,68 @@ def test_a_command_kept_under_a_secrets_name_that_prints_no_literal_is_stored() 
 RELATIVE_PATHS = {
     "GOOGLE_APPLICATION_CREDENTIALS": "secrets/gcp.json",
     "DB_PASSWORD_FILE": "./run/pw",
-    "POSTGRES_PASSWORD_FILE": "run/secrets/pg",
+    "POSTGRES_PASSWORD_FILE": "./run/secrets/pg",
     "SMTP_PASSWORD_FILE": "smtp-password.txt",
-    "AWS_SHARED_CREDENTIALS_FILE": "../config/aws-credentials-2024",
+    "AWS_SHARED_CREDENTIALS_FILE": "../config/aws-credentials",
+    "MYSQL_PASSWORD_FILE": ".pgpass",
+    "API_KEY_FILE": "certs/Prod-2024.PEM",
 }
 
 
 def test_a_relative_path_given_for_a_credentials_file_is_stored() -> None:
     source = "".join(f"{name} = {value!r}\n" for name, value in RELATIVE_PATHS.items())
-    args = ["--password-file", "secrets/pw.txt", "--secret-file=run/secret", "--client-credentials-file", "gcp.json"]
-    fields = {"db_password_file": "run/pw", "google_application_credentials": "config/gcp-service-account.json"}
+    args = ["--password-file", "secrets/pw.txt", "--secret-file=./run/secret", "--client-credentials-file", "gcp.json"]
+    fields = {"db_password_file": "pw.txt", "google_application_credentials": "config/gcp-service-account.json"}
     component = _component(env=RELATIVE_PATHS, args=args, source=source, fields=fields)
+    assert apply_references(component, {}) == component
+
+
+@pytest.mark.parametrize("value", ["gcp.json", "gcp.JSON", "gcp.Json", "/run/secrets/gcp.json", "~/.config/gcp.json"])
+def test_googles_credentials_take_a_json_path_whatever_the_case_of_its_extension(value: str) -> None:
+    component = _component(env={"GOOGLE_APPLICATION_CREDENTIALS": value})
     assert apply_references(component, {}) == component
 
 
 @pytest.mark.parametrize(
     "value",
-    ["hunter2-Xk9!pq", "hunter2SECRET9/pq", "keys/hunter2Xk9pqLm.txt", "hunter2.Xk9", "run/pw;hunter2", "hunter2 pw.txt"],
+    ["hunter2-Xk9!pq", "hunter2SECRET9/pq", "keys/hunter2Xk9pqLm.txt", "hunter2.Xk9", "run/pw;hunter2", "hunter2 pw.txt",
+     # a password or a key with a dot or a slash in it: no known extension, a digit in a word, a capital inside one
+     "Pa55.word", "P4ss.w0rd", "sDX5/J.iNCBk", "correct/horse/battery/staple", "s3cr3t/x", "my.password", "hunter/2",
+     "./hunter2", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "Hunter.Pass", "Summer2024.txt", "../Hunter2"],
 )
 def test_a_secret_under_a_file_name_is_refused_though_it_has_a_slash_or_a_dot(value: str) -> None:
     assert _refused(_component(env={"DB_PASSWORD_FILE": value})).field == f"config.{SERVER}.env.DB_PASSWORD_FILE"
     assert _refused(_component(fields={"db_password_file": value})).field == "config.db_password_file"
     assert _refused(_component(source=f"DB_PASSWORD_FILE = {value!r}\n")).field == f"config.{SOURCE}"
     assert _refused(_component(args=["--password-file", value])).field == f"config.{SERVER}.args.1"
+    if " " not in value and ";" not in value and "!" not in value:  # one shell word as it is
+        script = f"DB_PASSWORD_FILE={value} psql"
+        assert _refused(_component(args=["-c", script])).field == f"config.{SERVER}.args.1"
+        assert _refused(_component(fields={"dsn": f"host=db user=app password_file={value}"})).field == "config.dsn"
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        {"env": {"DB_CREDENTIALS": "scott/tiger"}},
+        {"env": {"ORACLE_CREDENTIALS": "app_user/Welcome"}},
+        {"env": {"GOOGLE_APPLICATION_CREDENTIALS": "scott/tiger"}},
+        {"fields": {"credentials": "scott/tiger"}},
+        {"args": ["--credentials", "scott/tiger"]},
+        {"args": ["--db-credentials=admin/admin"]},
+        {"source": 'DB_CREDENTIALS = "scott/tiger"\n'},
+    ],
+)
+def test_a_user_and_password_pair_under_a_credentials_name_is_refused_though_it_reads_as_a_path(
+    given: dict[str, Any],
+) -> None:
+    _refused(_component(**given))
+
+
+def test_a_credentials_name_takes_an_absolute_path() -> None:
+    env = {"DB_CREDENTIALS": "/run/secrets/db", "AWS_CREDENTIALS": "~/.aws/credentials"}
+    component = _component(env=env, args=["--credentials", "/run/secrets/db"])
+    assert apply_references(component, {}) == component
 
 
 @pytest.mark.parametrize(
