@@ -59,6 +59,8 @@ _FLAG = re.compile(r"-{1,2}([A-Za-z][A-Za-z0-9_-]*)(?:=(.*))?", re.DOTALL)
 # An argument that sets a variable (docker's ``-e API_KEY=VALUE``, ``env API_KEY=VALUE server``) or writes a
 # header (mcp-remote's ``--header "Authorization: Bearer VALUE"``) ...
 _ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.DOTALL)
+# The flags docker, podman and kubectl set a variable with, the whole of whose value is the variable's.
+_SETS_ENVIRONMENT = frozenset({"-e", "--env"})
 _HEADER_LINE = re.compile(r"([A-Za-z][A-Za-z0-9-]*):\s*(.*)", re.DOTALL)
 # A header's name, its words of letters ("X-Api-Key", "X-Hub-Signature-256"), which a random token is not.
 _HEADER_NAME = re.compile(r"[A-Za-z]+(?:-[A-Za-z0-9]+)*")
@@ -233,10 +235,15 @@ def _looks_random(text: str) -> bool:
     return len(text) >= 24 or (len(text) >= 8 and any(c.isdigit() or c in "+/=_." for c in text))
 
 
-def flag_credential(items: list[Any], index: int) -> str | None:
+def flag_credential(items: list[Any], index: int, *, script: bool = False) -> str | None:
     """Whether item ``index`` of an argument list is a secret flag's value: ``--api-key=VALUE`` itself, or
     the item after a bare ``--token``; or sets a secret variable or header (``API_KEY=VALUE``,
-    ``Authorization: Bearer VALUE``); ``None`` otherwise, and for a ``${VAR}`` the server expands."""
+    ``Authorization: Bearer VALUE``); ``None`` otherwise, and for a ``${VAR}`` the server expands.
+
+    With ``script`` the items are an ``args`` list as given, any item of which a shell may run whole: a
+    variable set at the start of one (``DB_PASSWORD_FILE=/run/pw psql``) is judged by the word it is given
+    (:func:`variable_credential`), unless the item is a flag's value or docker's ``-e``/``--env`` one, a
+    variable's whole value with no command after it. Words a shell split are never read so."""
     item = items[index]
     if not isinstance(item, str) or not item:
         return None
@@ -249,7 +256,9 @@ def flag_credential(items: list[Any], index: int) -> str | None:
     previous = _FLAG.fullmatch(items[index - 1]) if index and isinstance(items[index - 1], str) else None
     if previous and previous.group(2) is None and _secret_flag(previous.group(1), item) and not _FLAG.fullmatch(item):
         return f"the value of the flag '--{previous.group(1)}'"
-    return _argument_credential(match.group(2) if match and match.group(2) is not None else item)
+    before = items[index - 1] if index else None
+    raw = script and match is None and before not in _SETS_ENVIRONMENT
+    return _argument_credential(match.group(2) if match and match.group(2) is not None else item, raw=raw)
 
 
 def _flag_command_credential(match: re.Match[str] | None, previous: Any, item: str) -> str | None:
@@ -425,31 +434,37 @@ def _header_left_out(value: str) -> bool:
     return line is not None and (not is_secret_field(line.group(1)) or left_out(line.group(2).strip()))
 
 
-def _argument_credential(text: str) -> str | None:
+def _argument_credential(text: str, *, raw: bool = False) -> str | None:
     """Whether an argument (or a flag's ``=`` value: ``--env=API_KEY=VALUE``) sets a variable or writes a
-    header whose name means a credential, to a value that is not a ``${VAR}`` for the program to expand."""
+    header whose name means a credential, to a value that is not a ``${VAR}`` for the program to expand;
+    ``raw``: the argument is a command line as given (:func:`flag_credential`)."""
     variable = _ASSIGNMENT.fullmatch(text)
-    found = variable_credential(variable.group(1), variable.group(2), command_may_follow=True) if variable else None
+    found = variable_credential(variable.group(1), variable.group(2), command_may_follow=True,
+                                raw_command_line=raw) if variable else None
     header = _HEADER_LINE.fullmatch(text)
     if found is None and header and header.group(2).strip() and is_secret_field(header.group(1)):
         found = None if left_out(header.group(2).strip()) else f"the value of the header {header.group(1)!r}"
     return found
 
 
-def variable_credential(name: str, value: str, *, command_may_follow: bool = False) -> str | None:
+def variable_credential(name: str, value: str, *, command_may_follow: bool = False,
+                        raw_command_line: bool = False) -> str | None:
     """Whether setting the variable ``name`` to ``value`` sets a secret: a name that means a credential (not
     the shell's ``PWD`` or ``OLDPWD``) given a value that does not leave it out (:func:`~config_registry.placeholders.left_out`), nor a
     path given to a ``_FILE`` variable or a dummy key to a key's (:func:`holds_no_credential`). With ``command_may_follow`` the value is
     the rest of a command line, and a value that leaves the secret out may be followed by the command it is
-    set for (``PGPASSWORD=${DB_PASSWORD:?} psql``): :func:`~config_registry.placeholders.variable_left_out`. A variable whose name says it
-    holds a command line (``PASSWORD_COMMAND``) is read as one (:func:`command_line_credential`)."""
+    set for (``PGPASSWORD=${DB_PASSWORD:?} psql``): :func:`~config_registry.placeholders.variable_left_out`.
+    With ``raw_command_line`` too the value is the rest of an unquoted command line as given, and a path or a
+    dummy key is judged by its first word (:func:`_given_before_command`); a word a shell split, or docker's
+    ``-e`` value, is judged whole. A variable whose name says it holds a command line (``PASSWORD_COMMAND``)
+    is read as one (:func:`command_line_credential`)."""
     value = value.strip()
     if holds_command_line(name):  # "DB_PASSWORD_COMMAND=pass show db"
         return kept_command_credential(name, value)
     leaves_out = variable_left_out if command_may_follow else left_out
     if name in _NOT_SECRET_VARIABLES or not value or not is_secret_field(name) or leaves_out(value):
         return None
-    given = _given_before_command(value) if command_may_follow else value
+    given = _given_before_command(value) if raw_command_line else value
     return None if holds_no_credential(name, given) else f"the value of the variable {name!r}"
 
 

@@ -145,7 +145,7 @@ def _found_in_value(path: str, key: str, value: Any, parent: Any) -> str | None:
     command line kept in an environment variable."""
     found = value_credential(value) if isinstance(value, str) else None
     if found is None and isinstance(parent, list):
-        found = flag_credential(parent, int(key))
+        found = flag_credential(parent, int(key), script=_is_argument(path, parent))
     if found is None and isinstance(value, str) and _is_argument(path, parent):
         found = command_line_credential(value)
     if found is None and isinstance(value, str) and _is_environment(path, parent):

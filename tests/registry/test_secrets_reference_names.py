@@ -267,3 +267,20 @@ def test_a_path_or_a_dummy_key_given_to_a_variable_set_before_a_command_in_one_a
 )
 def test_a_secret_given_to_a_variable_set_before_a_command_in_one_argument_is_still_refused(script: str) -> None:
     assert _refused(_component(args=["-c", script])).field == f"config.{SERVER}.args.1"
+
+
+@pytest.mark.parametrize(
+    ("args", "index"),
+    [
+        (["run", "-e", "API_KEYS=none q7Rz9LmX2vPkAbC", "image"], 2),
+        (["run", "--env", "OPENAI_API_KEY=EMPTY q7Rz9LmX2vPk", "image"], 2),
+        (["run", "--env=OPENAI_API_KEY=none q7Rz9LmX2vPk", "image"], 1),
+        (["run", "-e", "DB_PASSWORD_FILE=/run/pw hunter2", "image"], 2),
+        (["-c", "env 'API_KEYS=none q7Rz9LmX2vPkAbC' tool"], 1),
+        (["-c", "env \"DB_PASSWORD_FILE=/run/pw hunter2\" psql"], 1),
+    ],
+)
+def test_a_variables_whole_value_is_judged_whole_where_no_command_follows_it(args: list[str], index: int) -> None:
+    # Docker's -e value and a word the shell keeps whole are the variable's whole value: a dummy key or a
+    # path at its start says nothing of the secret after it.
+    assert _refused(_component(args=args)).field == f"config.{SERVER}.args.{index}"
