@@ -77,6 +77,8 @@ _GOOGLE_CREDENTIALS = ["google", "application", "credentials"]
 # "$env:PGPASSWORD='pw'"), also after another command ("cd /srv && PGPASSWORD=pw psql"): the names are an
 # environment's, in upper case, as "token=abc" in a sentence is not ...
 _SETS_VARIABLE = re.compile(r"(?:^|[\s;&|\"'(){}])(?:(?i:\$env:)[A-Z_][A-Z0-9_]*\s*|[A-Z_][A-Z0-9_]*)=")
+# A string that begins as a command line does, by setting a variable for its command.
+_STARTS_WITH_ASSIGNMENT = re.compile(r"\s*[A-Z_][A-Z0-9_]*=")
 _SHELL_ASSIGNMENT = re.compile(r"(?i:\$env:)?([A-Z_][A-Z0-9_]*=.*)", re.DOTALL)
 _SETTERS = frozenset({"export", "set"})
 # ... and the working directories a shell keeps, which only look like a password's "PWD".
@@ -345,9 +347,20 @@ def environment_value_credential(name: str, value: str) -> str | None:
     password given to a program on its command line (:func:`program_passwords`: ``"INIT": "mysql -uroot
     -pVALUE crm"``, ``"SYNC": "sshpass -p VALUE rsync ..."``), which names its program; a value
     whose name says it holds a command (``CMD``, ``PRE_START_COMMAND``, ``SETUP_SCRIPT``) is read whole, as
-    one of an MCP server's ``args`` holding a shell string is (:func:`command_line_credential`). Other values
-    are settings or prose, where ``-p3306`` is a port and ``password=...`` may be a sentence's."""
-    return kept_command_credential(name, value) if holds_command_line(name) else program_password(value)
+    one of an MCP server's ``args`` holding a shell string is (:func:`command_line_credential`), and so is one
+    that begins by setting a variable (:func:`assignment_command_credential`). Other values are settings or
+    prose, where ``-p3306`` is a port and ``password=...`` may be a sentence's."""
+    if holds_command_line(name):
+        return kept_command_credential(name, value)
+    return assignment_command_credential(value) or program_password(value)
+
+
+def assignment_command_credential(text: str) -> str | None:
+    """What a string that begins by setting a variable (``OPENAI_API_KEY=EMPTY tool --api-key VALUE``) holds
+    as a command line (:func:`command_line_credential`), which that start shows it to be wherever it stands
+    (an environment variable's value, a string in a tool's source); ``None`` for any other string, where a
+    flag may be prose's."""
+    return command_line_credential(text) if _STARTS_WITH_ASSIGNMENT.match(text) else None
 
 
 def encoded_script_credential(words: list[str]) -> str | None:

@@ -12,7 +12,8 @@ spaced or not, ``os.environ["TOKEN"] = ...``, ``self.secret = ...``, a keyword a
 parameter's default; a dict key or subscript only when it is a name), in lower or mixed case only when the
 name's last word says it holds a credential and the value looks like one (:func:`_given_credential`), anything a
 string literal or comment holds that a definition's other strings are refused for (a known shape, a
-connection string, a variable set as the shell sets it: ``"PGPASSWORD=pw psql"``), or a password a
+connection string, a variable set as the shell sets it: ``"PGPASSWORD=pw psql"``), a secret flag's value in
+a string that begins by setting a variable (``"OPENAI_API_KEY=EMPTY tool --api-key VALUE"``), or a password a
 command line gives its program (:func:`~config_registry.credentials.program_passwords`: a MySQL client's
 ``-pVALUE``, sshpass's ``-p VALUE``) in a string or a list of strings (``["mysql", "-pVALUE"]``), and what
 PowerShell's encoded script in either holds (``["pwsh", "-enc", "BASE64"]``). What the
@@ -29,6 +30,7 @@ import tokenize
 from collections.abc import Iterator
 
 from config_registry.credentials import (
+    assignment_command_credential,
     encoded_script_credential,
     inner_script_credential,
     program_password,
@@ -72,6 +74,7 @@ def source_credential(source: str) -> str | None:
     found = found or next(filter(None, map(value_credential, _strings(tree, source))), None)
     found = found or next(filter(None, map(program_password, _strings(tree, source))), None)
     found = found or next(filter(None, map(inner_script_credential, _strings(tree, source))), None)
+    found = found or next(filter(None, map(assignment_command_credential, _strings(tree, source))), None)
     listed = next((what for items in _lists(tree) for what in program_passwords(items).values()), None)
     encoded = next(filter(None, map(encoded_script_credential, _lists(tree))), None)
     return found or (f"{listed}, inside a command line" if listed else None) or encoded

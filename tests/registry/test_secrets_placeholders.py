@@ -119,3 +119,20 @@ def test_a_real_looking_key_in_a_model_clients_config_is_refused_at_registration
 )
 def test_a_dummy_under_a_passwords_or_a_secrets_name_is_still_refused(component: dict[str, Any], field: str) -> None:
     assert _refused(component).field == field
+
+
+@pytest.mark.parametrize(
+    "line", ["OPENAI_API_KEY=EMPTY tool --api-key q7Rz9LmX2vPk", "DB_PASSWORD_FILE=/run/secrets/pg psql --password hunter2Xk"]
+)
+def test_a_secret_flag_in_a_command_line_that_sets_a_dummy_key_or_a_path_first_is_refused_in_source_and_env(
+    line: str,
+) -> None:
+    source = f"import subprocess\nsubprocess.run({line!r}, shell=True)\n"
+    assert _refused(_component(source=source)).field == f"config.{SOURCE}"
+    assert _refused(_component(env={"STARTUP": line})).field == f"config.{SERVER}.env.STARTUP"
+
+
+def test_a_command_line_that_sets_a_dummy_key_first_is_stored_in_source_and_env() -> None:
+    line = "OPENAI_API_KEY=EMPTY python client.py --model qwen2.5 --base-url http://localhost:8000/v1"
+    component = _component(source=f"import subprocess\nsubprocess.run({line!r}, shell=True)\n", env={"STARTUP": line})
+    assert apply_references(component, {}) == component
