@@ -440,11 +440,20 @@ def _is_file_path(value: str) -> bool:
 
 def _header_left_out(value: str) -> bool:
     """Whether a header setting holds no secret: a header's name alone (``X-Api-Key``), or a header line
-    (``X-Webhook-Secret: ${SECRET}``) whose name is no credential's or whose value leaves it out."""
+    (``X-Webhook-Secret: ${SECRET}``) whose name is no credential's or whose value holds none
+    (:func:`_header_value_left_out`)."""
     if _HEADER_NAME.fullmatch(value):
         return True
     line = _HEADER_LINE.fullmatch(value)
-    return line is not None and (not is_secret_field(line.group(1)) or left_out(line.group(2).strip()))
+    return line is not None and (not is_secret_field(line.group(1)) or _header_value_left_out(*line.groups()))
+
+
+def _header_value_left_out(name: str, value: str) -> bool:
+    """Whether the value a header line gives a credential's header holds none: a ``${VAR}``
+    (:func:`~config_registry.placeholders.left_out`), or a dummy key under a key's name
+    (:func:`holds_no_credential`: ``X-Api-Key: EMPTY``), as in a ``headers`` mapping."""
+    value = value.strip()
+    return left_out(value) or holds_no_credential(name, value)
 
 
 def _argument_credential(text: str, *, raw: bool = False) -> str | None:
@@ -456,7 +465,7 @@ def _argument_credential(text: str, *, raw: bool = False) -> str | None:
                                 raw_command_line=raw) if variable else None
     header = _HEADER_LINE.fullmatch(text)
     if found is None and header and header.group(2).strip() and is_secret_field(header.group(1)):
-        found = None if left_out(header.group(2).strip()) else f"the value of the header {header.group(1)!r}"
+        found = None if _header_value_left_out(*header.groups()) else f"the value of the header {header.group(1)!r}"
     return found
 
 

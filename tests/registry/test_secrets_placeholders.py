@@ -33,10 +33,10 @@ def _local_agent(key: str) -> dict[str, Any]:
 
 
 def _component(env: dict[str, str] | None = None, source: str | None = None,
-               fields: dict[str, Any] | None = None) -> dict[str, Any]:
-    """An agent-like component with an MCP server started with ``env``, a tool whose source is ``source``, and
-    ``fields`` among its own; registration walks it as JSON whatever its provider."""
-    params = {"type": "StdioServerParams", "command": "server", "args": [], "env": env or {}}
+               fields: dict[str, Any] | None = None, args: list[str] | None = None) -> dict[str, Any]:
+    """An agent-like component with an MCP server started with ``args`` and ``env``, a tool whose source is
+    ``source``, and ``fields`` among its own; registration walks it as JSON whatever its provider."""
+    params = {"type": "StdioServerParams", "command": "server", "args": args or [], "env": env or {}}
     tool = {"provider": "autogen_core.tools.FunctionTool", "config": {"source_code": source or "def f(): pass\n"}}
     config = {"workbench": [{"config": {"server_params": params}}], "tools": [tool], **(fields or {})}
     return {"provider": "autogen_agentchat.agents.AssistantAgent", "config": config}
@@ -136,3 +136,16 @@ def test_a_command_line_that_sets_a_dummy_key_first_is_stored_in_source_and_env(
     line = "OPENAI_API_KEY=EMPTY python client.py --model qwen2.5 --base-url http://localhost:8000/v1"
     component = _component(source=f"import subprocess\nsubprocess.run({line!r}, shell=True)\n", env={"STARTUP": line})
     assert apply_references(component, {}) == component
+
+
+@pytest.mark.parametrize("key", ["EMPTY", "ollama", "sk-no-key-required"])
+def test_a_dummy_key_in_a_header_line_is_stored_as_in_a_headers_mapping(key: str) -> None:
+    line = f"X-Api-Key: {key}"
+    component = _component(args=["--header", line], env={"API_KEY_HEADER": line}, fields={"headers": {"X-Api-Key": key}})
+    assert apply_references(component, {}) == component
+
+
+@pytest.mark.parametrize("line", ["X-Api-Key: q7Rz9LmX2vPk", "X-Db-Password: EMPTY"])
+def test_a_key_or_a_dummy_under_a_passwords_name_in_a_header_line_is_still_refused(line: str) -> None:
+    assert _refused(_component(args=["--header", line])).field == f"config.{SERVER}.args.1"
+    assert _refused(_component(env={"API_KEY_HEADER": line})).field == f"config.{SERVER}.env.API_KEY_HEADER"
