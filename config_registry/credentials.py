@@ -34,6 +34,7 @@ from config_registry.names import (
     names_key_or_token,
 )
 from config_registry.placeholders import is_dummy_key, is_relative_file_path, left_out, variable_left_out
+from config_registry.programs import program_passwords
 from config_registry.shell import command_word, decoded_script, encoded_script_at, scripts, simple_commands
 from config_registry.shell import words as shell_words
 
@@ -83,26 +84,11 @@ _SHELL_ASSIGNMENT = re.compile(r"(?i:\$env:)?([A-Z_][A-Z0-9_]*=.*)", re.DOTALL)
 _SETTERS = frozenset({"export", "set"})
 # ... and the working directories a shell keeps, which only look like a password's "PWD".
 _NOT_SECRET_VARIABLES = frozenset({"PWD", "OLDPWD"})
-# A password glued to the MySQL and MariaDB clients' -p ("mysql -uapp -ppw", "mysqldump -ppw"; a bare -p asks
-# for it), where other programs' -p is a port ("redis-cli -p6379", "docker run -p3306:3306 mysql"): read only
-# in a command these clients run, named as its program (a path and Windows' ".exe" allowed).
-_MYSQL_CLIENT = re.compile(
-    r"(?:.*[/\\])?(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlcheck|mysqlshow|mysqlpump|mysqlsh|mariadb|"
-    r"mariadb-dump|mariadb-admin|mariadb-import|mariadb-check)(?:\.exe)?",
-    re.IGNORECASE | re.DOTALL,
-)
-_MYSQL_PASSWORD = re.compile(r"-p(.+)", re.DOTALL)
 _INSIDE = ", inside a command line"
 # The programs that print their arguments, which a command that gives a secret may print it with.
 _PRINTS = re.compile(r"(?:.*[/\\])?(?:echo|printf)(?:\.exe)?", re.IGNORECASE | re.DOTALL)
 # A redirection's operator ("> /dev/null", "2>&1"), whose target is no argument.
 _REDIRECTION = re.compile(r"\d*[<>]+&?\d*")
-GLUED_PASSWORD = "a password glued to the MySQL client's '-p'"
-# sshpass runs a command (ssh, rsync, scp) with the password its "-p" gives ("sshpass -p PW ssh host", "-pPW");
-# "-f FILE", "-d FD" and "-e" (the SSHPASS variable) leave it off the command line. Its options come first.
-_SSHPASS = re.compile(r"(?:.*[/\\])?sshpass(?:\.exe)?", re.IGNORECASE | re.DOTALL)
-_SSHPASS_VALUE_OPTIONS = frozenset({"-f", "-d", "-P"})
-SSHPASS_PASSWORD = "a password given to sshpass's '-p'"
 # A URL's path and query without its scheme and host (an HttpTool's ``path``: ``/v1/search?api_key=...``).
 _URL_PATH = re.compile(r"/\S*[?#]\S*\Z")
 
@@ -311,7 +297,7 @@ def _secret_flag(flag: str, value: str) -> bool:
 def command_line_credential(text: str) -> str | None:
     """What :func:`flag_credential` finds in any word of one argument that holds a whole command line
     (``sh -c "tool --api-key VALUE serve"``), split as a POSIX shell splits it, or a password given to a
-    program in any of its commands (:func:`program_passwords`), those of the scripts its shells run included
+    program in any of its commands (:func:`~config_registry.programs.program_passwords`), those of the scripts its shells run included
     (``bash -lc '...'``); ``None`` otherwise."""
     if len(shell_words(text)) < 2:
         return None
@@ -336,7 +322,7 @@ def inner_script_credential(text: str) -> str | None:
 
 def program_password(text: str) -> str | None:
     """A password given on the command line in any command of the shell string ``text``, those of the
-    scripts its shells run included (:func:`program_passwords`), said as :func:`command_line_credential` says
+    scripts its shells run included (:func:`~config_registry.programs.program_passwords`), said as :func:`command_line_credential` says
     it; ``None`` otherwise."""
     found = next((what for words in simple_commands(text) for what in program_passwords(words).values()), None)
     return f"{found}{_INSIDE}" if found else None
@@ -344,7 +330,7 @@ def program_password(text: str) -> str | None:
 
 def environment_value_credential(name: str, value: str) -> str | None:
     """What the value of the environment variable ``name`` holds as a command line: any value is read for a
-    password given to a program on its command line (:func:`program_passwords`: ``"INIT": "mysql -uroot
+    password given to a program on its command line (:func:`~config_registry.programs.program_passwords`: ``"INIT": "mysql -uroot
     -pVALUE crm"``, ``"SYNC": "sshpass -p VALUE rsync ..."``), which names its program; a value
     whose name says it holds a command (``CMD``, ``PRE_START_COMMAND``, ``SETUP_SCRIPT``) is read whole, as
     one of an MCP server's ``args`` holding a shell string is (:func:`command_line_credential`), and so is one
@@ -374,34 +360,6 @@ def encoded_script_credential(words: list[str]) -> str | None:
     script = decoded_script(words[at]) if at is not None else None
     found = (value_credential(script) or command_line_credential(script)) if script is not None else None
     return f"{found}, in PowerShell's -EncodedCommand" if found else None
-
-
-def program_passwords(words: list[str]) -> dict[int, str]:
-    """The indexes of the passwords one command gives its program on its command line, each with what it is
-    (for the error message): a MySQL or MariaDB client's glued to ``-p`` (``mysql -uapp -pVALUE``, ``sudo -u
-    app mysqldump``, ``docker exec db mysql``), sshpass's after its ``-p`` (``sshpass -p VALUE ssh host``,
-    ``-pVALUE``); none in other programs' commands, where ``-p`` is a port, nor for a ``-p${DB_PASSWORD}``."""
-    program = command_word(words)
-    if program is not None and _MYSQL_CLIENT.fullmatch(words[program]):
-        return {
-            index: GLUED_PASSWORD for index in range(program + 1, len(words))
-            if (glued := _MYSQL_PASSWORD.fullmatch(words[index])) and not left_out(glued.group(1))
-        }
-    if program is not None and _SSHPASS.fullmatch(words[program]):
-        index = _sshpass_password(words, program + 1)
-        return {} if index is None else {index: SSHPASS_PASSWORD}
-    return {}
-
-
-def _sshpass_password(words: list[str], index: int) -> int | None:
-    """The index of the password among sshpass's options (before the command it runs), if one is given."""
-    while index < len(words) and words[index].startswith("-") and words[index] != "-p":
-        if words[index].startswith("-p"):
-            return None if left_out(words[index][2:]) else index
-        index += 2 if words[index] in _SSHPASS_VALUE_OPTIONS else 1
-    if index + 1 < len(words) and words[index] == "-p" and not left_out(words[index + 1]):
-        return index + 1
-    return None
 
 
 def holds_no_credential(name: str, value: str) -> bool:

@@ -26,12 +26,12 @@ from config_registry.credentials import (
     flag_credential,
     holds_no_credential,
     kept_command_credential,
-    program_passwords,
     url_credential,
     value_credential,
 )
 from config_registry.errors import DefinitionInvalid, ScriptUnreadable, SecretUnavailable
 from config_registry.names import holds_secret_command, is_secret_field
+from config_registry.programs import program_passwords
 from config_registry.shell import encoded_script_at
 from config_registry.source import source_credential
 

@@ -14,7 +14,7 @@ name's last word says it holds a credential and the value looks like one (:func:
 string literal or comment holds that a definition's other strings are refused for (a known shape, a
 connection string, a variable set as the shell sets it: ``"PGPASSWORD=pw psql"``), a secret flag's value in
 a string that begins by setting a variable (``"OPENAI_API_KEY=EMPTY tool --api-key VALUE"``), or a password a
-command line gives its program (:func:`~config_registry.credentials.program_passwords`: a MySQL client's
+command line gives its program (:func:`~config_registry.programs.program_passwords`: a MySQL client's
 ``-pVALUE``, sshpass's ``-p VALUE``) in a string or a list of strings (``["mysql", "-pVALUE"]``), and what
 PowerShell's encoded script in either holds (``["pwsh", "-enc", "BASE64"]``). What the
 code reads when it runs (``os.getenv("API_KEY")``, ``os.environ["TOKEN"]``, a call) holds none. Source
@@ -34,12 +34,12 @@ from config_registry.credentials import (
     encoded_script_credential,
     inner_script_credential,
     program_password,
-    program_passwords,
     shape_credential,
     value_credential,
     variable_credential,
 )
 from config_registry.names import holds_command_line, names_credential_in_code
+from config_registry.programs import program_passwords
 
 # A name in upper case is an environment's or a constant's, read as the shell rule reads it; one in lower or
 # mixed case is code's, where a name like a credential's may name something else (memory_key, password_hash)
