@@ -19,16 +19,25 @@ used to admit every one but NUL, so a subject (and the transcripts and ledger ro
 for such a user id; and sessions were opened under blank ids and ids with spaces around them until this
 rule refused them. What is stored under such an id must stay erasable; :func:`refusal` tells the caller
 that the id is one of these, so that it can refuse the id when nothing is stored under it.
+
+A request's id is the operator's to choose and may hold anything; :func:`log_name` is how a log line names it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import re
 import unicodedata
 
 from teamstore.errors import InvalidIdentifier
 
 MAX_ID_CHARS = 256
 """The longest user or session id, in characters; every table's id columns are this wide."""
+
+# The ids teamstore makes itself: an erasure request's (teamstore.erasure.requests.new_request_id) and an
+# export's (teamstore.export.requests.new_export_id). Random hex: they hold nothing anyone gave.
+_MADE_BY_TEAMSTORE = re.compile(r"e[rx]-[0-9a-f]{24}")
 
 
 def check_id(kind: str, value: object) -> str:
@@ -74,6 +83,33 @@ def refusal(kind: str, text: str) -> InvalidIdentifier | None:
             "with a space after it would be two different ones",
         )
     return None
+
+
+def log_name(given: str, key: str) -> str:
+    """How teamstore's log lines name an erasure request or an export: an id teamstore made (``er-`` or ``ex-``
+    and 24 hex characters) as it is, any other (one an operator gave as ``--request-id``: a ticket, and perhaps a
+    user's name or email) as ``request#`` and the first 10 hex characters of its HMAC-SHA256 under ``key``.
+    Logs are shipped off the host and kept past the user's erasure, so nothing given goes there; ``teamstore
+    erase status`` and ``erase list`` print the same name (``logged_as``), to find the request from a log line.
+
+        log_name("er-4f0c9a1b2c3d4e5f60718293", key)    # "er-4f0c9a1b2c3d4e5f60718293"
+        log_name("gdpr-dave@example.com", key)           # "request#" and 10 hex characters
+
+    Args:
+        given: The request's (or export's) id, as stored.
+        key: The database's own id (:func:`teamstore.db.identity.database_id`). Keyed, because an id such as
+            ``gdpr-<email>`` is guessable and an unkeyed hash of it would confirm a guess to anyone reading the
+            logs; keyed by the database's id rather than ``TEAMSTORE_ERASURE_HASH_KEY``, because that key is
+            rotated and a log line must keep naming its request (a restore keeps the database's id).
+
+    Returns:
+        The name, which holds nothing given.
+    """
+    if _MADE_BY_TEAMSTORE.fullmatch(given):
+        return given
+    # surrogatepass: an id an earlier release stored may hold anything a shell passed; it still gets a name
+    digest = hmac.new(key.encode(), given.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
+    return f"request#{digest[:10]}"
 
 
 def check_ids(*, user_id: str | None = None, session_id: str | None = None) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import re
 import signal
@@ -143,3 +144,24 @@ def test_a_receipt_says_when_the_words_in_backups_become_unreadable_and_apart_wh
             f"{ids:%Y-%m-%d}, when they expire):") in shown
     spans = next(r for r in json.loads(done.stdout)["remains_elsewhere"] if r["what"] == "tracing backend")
     assert spans["unreadable_by"] is None and spans["expires_at"] == spans["until"]
+
+
+def test_an_erasure_given_a_request_id_is_named_in_the_logs_status_and_list_by_the_same_fingerprint(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    _populate("lee")
+    caplog.set_level(logging.DEBUG)
+    given = "gdpr-canary-7f3a@example.com"
+
+    done = cli("erase", "--user", "lee", "--request-id", given, "--yes", "--json")
+
+    assert done.exit_code == 0, done.output
+    named = json.loads(done.stdout)["logged_as"]
+    assert re.fullmatch(r"request#[0-9a-f]{10}", named), named
+    assert not [r for r in caplog.records if "canary" in f"{r.getMessage()} {r.args!r}"]
+    assert any(r.getMessage() == f"erasure {named} finished: completed" for r in caplog.records)
+    assert json.loads(cli("erase", "status", given, "--json").stdout)["logged_as"] == named
+    assert f"teamstore's log lines name this request {named}" in cli("erase", "status", given).stdout
+    assert [(r["request_id"], r["logged_as"]) for r in _requests()] == [(given, named)]
+    listed = cli("erase", "list").stdout
+    assert any(given in line and named in line for line in listed.splitlines()), listed

@@ -130,7 +130,9 @@ def _next_page(statuses: list[RequestStatus], overdue: bool, limit: int, after: 
 
 
 def _render_list(found: list[RequestSummary], overdue: bool, command: str | None, near: str | None) -> None:
-    rows = [[r.request_id, str(r.status) + (" OVERDUE" if r.overdue else ""), f"{r.received_at:%Y-%m-%d}",
+    # "logged as": the name teamstore's log lines give a request whose id the operator chose ("-": they give the id)
+    rows = [[r.request_id, "-" if r.logged_as == r.request_id else r.logged_as,
+             str(r.status) + (" OVERDUE" if r.overdue else ""), f"{r.received_at:%Y-%m-%d}",
              f"{r.due_at:%Y-%m-%d}", f"{r.extended_due_at:%Y-%m-%d}" if r.extended_due_at else "-",
              r.subject or "-", plain(r.requested_by or "-"), plain(", ".join(dict.fromkeys(r.operators)) or "-")]
             for r in found]  # each operator once, in the order they first ran it (--json has every attempt's)
@@ -140,8 +142,9 @@ def _render_list(found: list[RequestSummary], overdue: bool, command: str | None
             console.print(f"[yellow]note[/]: {plain(near)}")
         return
     # A request id and a status keep their width: a request id folded over lines could not be copied.
-    print_table(("request", "status", "received", "due", "extended to", "subject", "requested by", "run by"),
-                [[plain(r[0]), *r[1:]] for r in rows], fixed=(0, 1, 2, 3, 4, 5), title=f"{len(found)} erasure request(s)")
+    print_table(("request", "logged as", "status", "received", "due", "extended to", "subject", "requested by",
+                 "run by"), [[plain(r[0]), *r[1:]] for r in rows], fixed=range(7),
+                title=f"{len(found)} erasure request(s)")
     if command is None:
         return
     left = "the ones that fall due later follow" if overdue else "older ones follow"

@@ -68,6 +68,8 @@ def render(receipt: Receipt, out: Console = console) -> None:
                   f"{receipt.due_at:%Y-%m-%d}")
     else:
         out.print(f"{subject}; received {receipt.received_at:%Y-%m-%d %H:%M}Z, due {receipt.due_at:%Y-%m-%d}")
+    if receipt.logged_as not in (None, receipt.request_id):  # an id the operator gave: the logs never hold it
+        out.print(f"teamstore's log lines name this request {receipt.logged_as}")
     if receipt.overdue:
         extended = " (its extended due date)" if receipt.extension is not None else ""
         out.print(f"[bold red]overdue[/]: due {receipt.effective_due_at:%Y-%m-%d}{extended} and still {receipt.status}")

@@ -210,6 +210,7 @@ def _confirm(user: str, request_id: str | None, reason: str | None, requested_by
         receipt = receipt.model_copy(update={
             "request_id": earlier.request_id, "received_at": earlier.received_at, "due_at": earlier.due_at,
             "extension": earlier.extension, "attempts": earlier.attempts, "overdue": earlier.overdue,
+            "logged_as": earlier.logged_as,
             "requested_by": earlier.requested_by if earlier.requested_by is not None else requested_by,
             "reason": earlier.reason if earlier.reason is not None else reason})
     render(receipt, err_console)

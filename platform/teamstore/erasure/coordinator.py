@@ -35,6 +35,7 @@ from teamstore.audit.subjects import find_subject
 from teamstore.audit.transcripts.base import TranscriptStore
 from teamstore.db.clock import database_now
 from teamstore.db.engine import empty_sqlite_log
+from teamstore.db.identity import database_id
 from teamstore.erasure import record, requests
 from teamstore.erasure.receipt import (
     DONE,
@@ -60,7 +61,7 @@ from teamstore.errors import (
     TranscriptStoreMismatch,
 )
 from teamstore.export.nearby import near_match
-from teamstore.ids import check_erasable_id
+from teamstore.ids import check_erasable_id, log_name
 from teamstore.keys.service import KeyService
 from teamstore.keys.status import backups_unreadable_by
 from teamstore.people import check_not_naming, check_person, current_operator
@@ -107,6 +108,7 @@ class DeletionCoordinator:
         self.after_step = after_step
         self.keys = keys or KeyService.from_settings(engine, self.settings)
         self.steps: list[Step] = build_steps()
+        self._log_key: str | None = None  # the database's id, read once: it keys how log lines name a request
 
     async def run(
         self, user_id: str, request_id: str | None = None, reason: str | None = None, dry_run: bool = False,
@@ -141,6 +143,13 @@ class DeletionCoordinator:
                 request was filed for another user (a held one too: it keeps a keyed hash of the id).
             StoreUnavailable: The database is down (the request, if opened, resumes on a rerun).
         """
+        receipt = await self._run(user_id, request_id, reason, dry_run, requested_by=requested_by, operator=operator)
+        return await self._logged(receipt)
+
+    async def _run(
+        self, user_id: str, request_id: str | None, reason: str | None, dry_run: bool, *,
+        requested_by: str | None, operator: str | None,
+    ) -> Receipt:
         check_erasable_id(user_id)
         # An empty id is refused, not replaced: the caller meant one (an unset variable, say) and would never
         # learn the fresh id to rerun or to ask about.
@@ -157,6 +166,7 @@ class DeletionCoordinator:
                 requests.same_user(stored, user_id, await requests.user_hashes(self.engine, self.knobs, user_id))
             return await self._dry_run(user_id, reason, requested_by)
         ran_by = current_operator(operator)
+        await self._log_name_key()  # before a line is logged about the request
         row = await requests.open_request(self.engine, rid, user_id, reason, self.knobs.due_days, requested_by,
                                           hashes=await requests.user_hashes(self.engine, self.knobs, user_id))
         if (finished := await self._finished(row, user_id)) is not None:
@@ -187,7 +197,8 @@ class DeletionCoordinator:
             try:
                 await record.end_attempt(self.engine, row.request_id, attempt)
             except StoreUnavailable as exc:  # the error being raised says more; this one is only logged
-                log.warning("erasure %s: could not record the end of attempt %d: %s", row.request_id, attempt, exc)
+                log.warning("erasure %s: could not record the end of attempt %d: %s", self._named(row.request_id),
+                            attempt, exc)
             raise
 
     async def _finished(self, row: requests.RequestRow, user_id: str) -> Receipt | None:
@@ -229,10 +240,10 @@ class DeletionCoordinator:
             await asyncio.sleep(self.knobs.lease_seconds / 3)
             try:
                 if not await requests.claim(self.engine, request_id, owner, self.knobs.lease_seconds):
-                    log.error("erasure %s: lost its lease to another coordinator", request_id)
+                    log.error("erasure %s: lost its lease to another coordinator", self._named(request_id))
                     return  # the next step boundary notices and stops
             except TeamstoreError as exc:  # the steps meet the same database and fail with their own error
-                log.warning("erasure %s: could not renew the lease; retrying: %s", request_id, exc)
+                log.warning("erasure %s: could not renew the lease; retrying: %s", self._named(request_id), exc)
 
     async def status(self, request_id: str) -> Receipt:
         """The stored receipt of a request, or its progress so far if it is still open.
@@ -246,10 +257,32 @@ class DeletionCoordinator:
         if row is None:
             raise await requests.not_found(self.engine, request_id)
         if row.receipt is not None:
-            return stored_receipt(row, await database_now(self.engine))  # due dates are on the database's clock
+            return await self._logged(stored_receipt(row, await database_now(self.engine)))  # on the database's clock
         steps = await record.load_steps(self.engine, request_id)
-        return self._receipt(row, steps, RequestStatus.OPEN, attempts=await record.load_attempts(self.engine, request_id),
-                             now=await database_now(self.engine))
+        return await self._logged(self._receipt(row, steps, RequestStatus.OPEN, now=await database_now(self.engine),
+                                                attempts=await record.load_attempts(self.engine, request_id)))
+
+    async def _log_name_key(self) -> str:
+        """The key of :func:`teamstore.ids.log_name`: the database's own id, read once.
+
+        Raises:
+            StoreUnavailable: The database could not be reached.
+        """
+        if self._log_key is None:
+            self._log_key = await database_id(self.engine)
+        return self._log_key
+
+    def _named(self, request_id: str) -> str:
+        """How a log line names the request: never an id the operator gave (:func:`teamstore.ids.log_name`).
+        :meth:`run` reads the key before it opens the request, so every line about one has it."""
+        assert self._log_key is not None
+        return log_name(request_id, self._log_key)
+
+    async def _logged(self, receipt: Receipt) -> Receipt:
+        """``receipt`` saying how the log lines name its request (a dry run's names none)."""
+        if receipt.request_id is None:
+            return receipt
+        return receipt.model_copy(update={"logged_as": log_name(receipt.request_id, await self._log_name_key())})
 
     async def _resume(self, row: requests.RequestRow, owner: str, attempt: int) -> Receipt:
         waits = Waits(self.engine, self.knobs, self._say)
@@ -293,7 +326,7 @@ class DeletionCoordinator:
         if not await record.finish(self.engine, row, receipt, owner, ctx.subject_key, attempt):
             raise requests.taken_over(row.request_id)
         await empty_sqlite_log(self.engine, "an erasure")
-        log.info("erasure %s finished: %s", row.request_id, receipt.status)
+        log.info("erasure %s finished: %s", self._named(row.request_id), receipt.status)
         return receipt
 
     async def _closing(
@@ -330,7 +363,7 @@ class DeletionCoordinator:
         before = recorded.get(step)
         result = StoreResult(status=StepStatus.FAILED, counts=before.counts if before else Counts(), detail=detail)
         await record.record_step(self.engine, row.request_id, step, result, owner)
-        log.error("erasure %s: %s", row.request_id, detail)
+        log.error("erasure %s: %s", self._named(row.request_id), detail)
         receipt = await self._closing(row, {**recorded, step: result}, RequestStatus.FAILED, ctx.subject_key, attempt)
         if not await record.finish(self.engine, row, receipt, owner, attempt=attempt):
             raise requests.taken_over(row.request_id)
@@ -358,14 +391,15 @@ class DeletionCoordinator:
         except (ErasureConflict, TranscriptStoreMismatch):
             raise  # taken over, or another store to empty first: the request stays open, nothing more recorded
         except TeamstoreError as exc:
-            log.error("erasure %s: step %s failed: %s", ctx.request_id, step.name, exc)
+            log.error("erasure %s: step %s failed: %s", self._named(ctx.request_id), step.name, exc)
             recorded = (await record.load_steps(self.engine, ctx.request_id)).get(step.name) or prior
             counts = recorded.counts if recorded is not None else Counts()
             result = StoreResult(status=StepStatus.FAILED, counts=counts, detail=str(exc))
         else:
             result = verdict(deleted, left, await database_now(self.engine))
         await record.record_step(self.engine, ctx.request_id, step.name, result, ctx.owner)
-        log.info("erasure %s: %s %s %s", ctx.request_id, step.name, result.status, result.counts.model_dump())
+        log.info("erasure %s: %s %s %s", self._named(ctx.request_id), step.name, result.status,
+                 result.counts.model_dump())
         return result
 
     async def _final_check(self, ctx: StepContext, results: dict[str, StoreResult]) -> None:
@@ -381,7 +415,8 @@ class DeletionCoordinator:
                 detail = f"verification found {left.unexpected} item(s) after deletion; rerun the same request id"
             results[step.name] = results[step.name].model_copy(update={"status": StepStatus.FAILED, "detail": detail})
             await record.record_step(self.engine, ctx.request_id, step.name, results[step.name], ctx.owner)
-            log.error("erasure %s: final verification of %s failed: %s", ctx.request_id, step.name, detail)
+            log.error("erasure %s: final verification of %s failed: %s", self._named(ctx.request_id), step.name,
+                      detail)
 
     def _receipt(
         self, row: requests.RequestRow, results: dict[str, StoreResult], status: RequestStatus,

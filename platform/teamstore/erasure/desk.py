@@ -30,12 +30,13 @@ from sqlalchemy import ColumnElement, FromClause, and_, false, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.db.clock import database_now, shared_now
+from teamstore.db.identity import database_id
 from teamstore.erasure import requests
 from teamstore.erasure.receipt import FINISHED, Extension, RequestStatus
 from teamstore.erasure.schema import erasure_attempts, erasure_requests
 from teamstore.errors import ExtensionRefused, InvalidIdentifier
 from teamstore.export.nearby import TABLES, near_match
-from teamstore.ids import control_character
+from teamstore.ids import control_character, log_name
 from teamstore.people import check_not_naming
 
 MAX_MONTHS = 2
@@ -67,6 +68,9 @@ class RequestSummary(BaseModel):
     """Who ran each attempt, first first."""
     completed_at: datetime | None
     extension_reason: str | None
+    logged_as: str
+    """How teamstore's log lines name the request (:func:`teamstore.ids.log_name`): its id if teamstore made it,
+    else ``request#`` and a fingerprint of it."""
 
 
 def effective_due(table: FromClause = erasure_requests) -> ColumnElement[Any]:
@@ -138,7 +142,8 @@ async def list_requests(
     operators: dict[str, list[str]] = {}
     for request_id, operator in ran:
         operators.setdefault(request_id, []).append(operator)
-    return [_summary(row._mapping, operators.get(row.request_id, []), now) for row in rows]
+    key = await database_id(engine)
+    return [_summary(row._mapping, operators.get(row.request_id, []), now, key) for row in rows]
 
 
 def _order(table: FromClause, overdue: bool) -> list[tuple[ColumnElement[Any], bool]]:
@@ -193,7 +198,7 @@ async def near_user_match(engine: AsyncEngine, user_id: str) -> str | None:
     return await near_match(engine, user_id, NEAR_TABLES)
 
 
-def _summary(mapping: Any, operators: list[str], now: datetime) -> RequestSummary:
+def _summary(mapping: Any, operators: list[str], now: datetime, log_key: str) -> RequestSummary:
     row = requests.row_of(mapping)
     return RequestSummary(
         request_id=row.request_id, status=row.status, received_at=row.received_at, due_at=row.due_at,
@@ -202,6 +207,7 @@ def _summary(mapping: Any, operators: list[str], now: datetime) -> RequestSummar
         subject=row.subject_hash[:SUBJECT_CHARS] if row.subject_hash else None, requested_by=row.requested_by,
         operators=operators, completed_at=row.completed_at,
         extension_reason=row.extension.reason if row.extension else None,
+        logged_as=log_name(row.request_id, log_key),
     )
 
 

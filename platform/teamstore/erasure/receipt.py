@@ -167,6 +167,9 @@ class Receipt(BaseModel):
     overdue: bool = False
     """Whether the request is past its due date in force (:attr:`effective_due_at`) while open or failed
     (:func:`teamstore.erasure.desk.is_overdue`), judged when the receipt is made or read: it is never stored."""
+    logged_as: str | None = None
+    """How teamstore's log lines name the request (:func:`teamstore.ids.log_name`): its id if teamstore made it,
+    else ``request#`` and a fingerprint of it. Set by the coordinator that hands the receipt out; never stored."""
 
     @property
     def ok(self) -> bool:

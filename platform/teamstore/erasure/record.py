@@ -250,8 +250,10 @@ async def finish(
     Raises:
         StoreUnavailable: The database could not be reached.
     """
-    # Whether it is overdue is judged each time it is read (teamstore.erasure.verdict.stored_receipt), not kept.
-    values: dict[str, Any] = {"status": receipt.status, "receipt": receipt.model_dump(mode="json", exclude={"overdue"}),
+    # Whether it is overdue is judged each time it is read (teamstore.erasure.verdict.stored_receipt), not kept, and
+    # how the logs name it is worked out from its id.
+    values: dict[str, Any] = {"status": receipt.status,
+                              "receipt": receipt.model_dump(mode="json", exclude={"overdue", "logged_as"}),
                               "updated_at": shared_now(engine.dialect.name), "completed_at": receipt.completed_at}
     if receipt.status is not RequestStatus.FAILED:
         values["user_id"] = None

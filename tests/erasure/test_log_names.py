@@ -1,0 +1,91 @@
+"""teamstore's log lines name an erasure request by an id teamstore made, or by a fingerprint of one the operator
+gave (which may hold a user's name or email), never by the given id; the receipt and the desk's listing say the same
+name, so a log line leads to its request. On SQLite and a real Postgres."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from teamstore.audit.subjects import get_or_create_subject
+from teamstore.audit.transcripts.base import subject_prefix
+from teamstore.audit.transcripts.local import LocalTranscriptStore
+from teamstore.db.identity import database_id
+from teamstore.erasure import RequestStatus
+from teamstore.erasure.desk import list_requests
+from teamstore.errors import TranscriptUnavailable
+from teamstore.ids import log_name
+from tests.erasure.conftest import coordinator
+
+GIVEN = "gdpr-canary-7f3a@example.com"
+"""A request id an operator gave, holding (as one may) a user's email: the canary."""
+CANARY = "canary-7f3a"
+
+
+class RefusesDeletes(LocalTranscriptStore):
+    """A folder that lists what it holds and refuses to delete it (a permission missing), until allowed."""
+
+    allowed = False
+
+    async def delete_prefix(self, prefix: str) -> int:
+        if not self.allowed:
+            raise TranscriptUnavailable("the transcript folder refused the delete", hint="grant it, then rerun")
+        return await super().delete_prefix(prefix)
+
+
+def _said(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """Every record's text, formatted, and its parts as logged (a handler may format them its own way)."""
+    return [f"{r.getMessage()} {r.msg!r} {r.args!r}" for r in caplog.records]
+
+
+async def test_no_log_record_of_an_erasure_run_holds_an_id_the_operator_gave_and_each_names_it_as_the_desk_does(
+    engine: AsyncEngine, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = RefusesDeletes(tmp_path / "t")
+    subject = await get_or_create_subject(engine, "ivan")
+    await store.put(f"{subject_prefix(subject)}sessions/s/runs/r.jsonl.gz", b"a transcript")
+    caplog.set_level(logging.DEBUG)  # every logger, the database drivers' too
+
+    failed = await coordinator(engine, store).run("ivan", request_id=GIVEN)  # a step fails: its error is logged
+    store.allowed = True
+    done = await coordinator(engine, store).run("ivan", request_id=GIVEN)  # resumed: every step, then finished
+
+    assert failed.status is RequestStatus.FAILED and done.status is RequestStatus.COMPLETED, done
+    said = _said(caplog)
+    leaked = [line for line in said if CANARY in line]
+    assert not leaked, leaked
+    named = done.logged_as
+    assert named is not None and named.startswith("request#") and len(named) == len("request#") + 10
+    assert failed.logged_as == named == log_name(GIVEN, await database_id(engine))  # stable across runs
+    assert any(f"erasure {named}: step transcripts failed" in line for line in said), said
+    assert any(f"erasure {named} finished: completed" in line for line in said), said
+    # Where the operator looks the log line's name up: the receipt `erase status` prints, and `erase list`.
+    assert (await coordinator(engine, store).status(GIVEN)).logged_as == named
+    assert [(r.request_id, r.logged_as) for r in await list_requests(engine)] == [(GIVEN, named)]
+
+
+async def test_a_request_id_teamstore_made_is_logged_as_it_is(
+    engine: AsyncEngine, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = LocalTranscriptStore(tmp_path / "t")
+    await get_or_create_subject(engine, "judy")
+    caplog.set_level(logging.INFO, logger="teamstore")
+
+    done = await coordinator(engine, store).run("judy")
+
+    assert done.request_id is not None and done.logged_as == done.request_id
+    assert any(f"erasure {done.request_id} finished: completed" in line for line in _said(caplog))
+    assert [r.logged_as for r in await list_requests(engine)] == [done.request_id]
+    dry = await coordinator(engine, store).run("judy", dry_run=True)
+    assert dry.request_id is None and dry.logged_as is None  # a dry run opens no request: nothing to name
+
+
+def test_a_fingerprint_differs_by_key_and_by_id_and_only_teamstore_shaped_ids_are_kept() -> None:
+    assert log_name(GIVEN, "a") != log_name(GIVEN, "b") != log_name("gdpr-canary-7f3b@example.com", "b")
+    assert log_name("er-" + "0a" * 12, "a") == "er-" + "0a" * 12
+    assert log_name("ex-" + "0a" * 12, "a") == "ex-" + "0a" * 12  # an export's id (teamstore's only)
+    assert log_name("er-" + "0A" * 12, "a").startswith("request#")  # not teamstore's shape: it was typed
+    assert log_name("er-\udcff", "a").startswith("request#")  # undecodable bytes an earlier release stored
