@@ -8,9 +8,11 @@ import json
 import logging
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
+import time
 from datetime import datetime, timedelta
 
 import pytest
@@ -144,6 +146,43 @@ def test_a_receipt_says_when_the_words_in_backups_become_unreadable_and_apart_wh
             f"{ids:%Y-%m-%d}, when they expire):") in shown
     spans = next(r for r in json.loads(done.stdout)["remains_elsewhere"] if r["what"] == "tracing backend")
     assert spans["unreadable_by"] is None and spans["expires_at"] == spans["until"]
+
+
+def test_an_erasure_given_no_request_id_names_the_one_it_made_before_its_first_step_and_that_command_resumes_it_after_a_kill(
+) -> None:
+    """A run killed outright (a lost terminal, SIGKILL) says nothing on its way out: the line it printed as it began
+    is all the operator has to resume the request with, and stdout (--json) holds nothing but the receipt."""
+    _populate("kim")
+    env = {**os.environ, **WIDE, "TEAMSTORE_KEY_CACHE_SECONDS": "60", "TEAMSTORE_ERASURE_LEASE_SECONDS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "teamstore", "erase", "--user", "kim", "--yes", "--json"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        seen = []
+        while (line := proc.stderr.readline()) and "cached data keys" not in line:  # in the first step, keys
+            seen.append(line)
+        assert line, seen
+        proc.kill()  # no handler runs, nothing more is said, the lease is not given back
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+
+    assert out == "", out
+    first = " ".join(seen[0].split())  # before anything else, the fence's wait included
+    found = re.fullmatch(r"erasure request (er-[0-9a-f]{24}) \(no --request-id was given\); if this run stops before "
+                         r"it finishes, resume it: `(teamstore erase --user \.\.\. --request-id (\S+) --yes)` \(the "
+                         r"same user id\); after a kill, once its lease has run out \(TEAMSTORE_ERASURE_LEASE_SECONDS\)",
+                         first)
+    assert found is not None and found.group(1) == found.group(3), seen
+    assert [(r["request_id"], r["status"]) for r in _requests()] == [(found.group(1), "open")]
+    time.sleep(1.5)  # the killed run's lease (1 s, renewed until the kill) runs out
+    command = shlex.split(found.group(2).replace("...", "kim"))
+    done = cli(*command[1:], "--json")
+    assert done.exit_code == 0, done.output
+    receipt = json.loads(done.stdout)
+    assert receipt["request_id"] == found.group(1) and receipt["status"] == "completed"
+    assert receipt["stores"]["keys"]["counts"]["rows"] == 1  # the killed run's key step, finished by the rerun
+    assert "no --request-id was given" not in done.stderr  # the operator gave this one
 
 
 def test_an_erasure_given_a_request_id_is_named_in_the_logs_status_and_list_by_the_same_fingerprint(

@@ -12,8 +12,10 @@ come). Exit status 0: every store ``erased``, or ``shredded`` (what remains is s
 key) (the request ``completed``); 3: no store held anything for the id (``no_match``); 2: a ``failed`` or
 ``retained_under_hold`` request (and, for ``status``, one still ``open``), which rerunning the same
 ``--request-id`` resumes; 1: an error before the request ran; 130 (143 on SIGTERM, 129 on SIGHUP): stopped,
-its lease given back (it says where the request stands and the command that resumes it). Before each wait
-(the fence grace, the workers' cached data keys) it says on stderr what it waits for and how long.
+its lease given back (it says where the request stands and the command that resumes it). Given no
+``--request-id``, it names the id it made on stderr before the first step, with that command: a run killed
+outright says nothing on its way out. Before each wait (the fence grace, the workers' cached data keys) it
+says on stderr what it waits for and how long.
 
 This module holds the erasure and ``status``; the desk's ``list`` and ``extend`` are
 :mod:`teamstore.cli._erase_desk`, and the receipt as they all print it :mod:`teamstore.cli._erase_receipt`.
@@ -120,6 +122,7 @@ def erase(
         from teamstore.erasure.requests import new_request_id
 
         request_id = new_request_id()
+        _say_made(request_id, yes)
     # SIGTERM (a job cancelled, `kill`) and SIGHUP (the ssh session dropped) too: the request's lease is given
     # back on the way out, so a rerun resumes at once instead of being refused until the lease expires.
     with stopped_as_on_ctrl_c() as stop:
@@ -148,7 +151,7 @@ def _interrupted(request_id: str, yes: bool, code: int) -> NoReturn:
         row = await requests.get_request(coordinator.engine, request_id)
         return row.status if row is not None else None
 
-    rerun = f"`teamstore erase --user ... --request-id {request_id}{' --yes' if yes else ''}` (the same user id)"
+    rerun = _rerun(request_id, yes)
     try:
         status = with_coordinator(stored, None)
     except (typer.Exit, KeyboardInterrupt):  # the database did not answer (its error is printed above)
@@ -164,6 +167,19 @@ def _interrupted(request_id: str, yes: bool, code: int) -> NoReturn:
                     f"resume it: {rerun}; the steps it finished are not run again", code)
     interrupted(f"erasure request {request_id} had ended {status} when it was stopped",
                 f"`teamstore erase status {request_id}` prints its receipt", code)
+
+
+def _rerun(request_id: str, yes: bool) -> str:
+    """The command that resumes request ``request_id``; the user's id is left out (stderr is often a job's log)."""
+    return f"`teamstore erase --user ... --request-id {request_id}{' --yes' if yes else ''}` (the same user id)"
+
+
+def _say_made(request_id: str, yes: bool) -> None:
+    """Name the request id teamstore made, on stderr before the first step: a run killed outright (a lost
+    terminal, SIGKILL) can say nothing on its way out, and the operator needs the id to resume it."""
+    err_console.print(f"erasure request {plain(request_id)} (no --request-id was given); if this run stops before it "
+                      f"finishes, resume it: {plain(_rerun(request_id, yes))}; after a kill, once its lease has run "
+                      "out (TEAMSTORE_ERASURE_LEASE_SECONDS)", soft_wrap=True)
 
 
 def _note_kept(receipt: Receipt, reason: str | None, requested_by: str | None) -> None:
