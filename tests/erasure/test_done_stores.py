@@ -327,6 +327,27 @@ async def test_a_hold_lifted_after_its_store_s_pass_is_not_counted_twice_nor_cla
 
 
 @pytest.mark.s3
+async def test_a_hold_lifted_beside_a_restored_copy_counts_the_bytes_of_each_exactly(
+    engine: AsyncEngine, s3_env: str
+) -> None:
+    """The freed version was counted by the first pass, the restored copy was not: their sizes differ, so taking
+    a share of what the sweep found for the freed one would miscount the receipt's bytes."""
+    bucket, locked, moved, subject, hold = await _held_pass(engine, "req-lifted-bytes")
+    locked.client.put_object_legal_hold(**hold, LegalHold={"Status": "OFF"})
+    await locked.put(f"{subject_prefix(subject)}{RESTORED}", b"a much longer restored transcript")
+
+    receipt = await coordinator(engine, moved).run(USER, request_id="req-lifted-bytes")
+
+    transcripts = receipt.stores["transcripts"]
+    assert receipt.status is RequestStatus.COMPLETED, receipt
+    assert (transcripts.counts.objects, transcripts.counts.versions) == (5, 5)
+    assert transcripts.counts.bytes == 4 * len(b"transcript") + len(b"a much longer restored transcript")
+    assert all_versions(locked.client, bucket) == []
+    await locked.close()
+    await moved.close()
+
+
+@pytest.mark.s3
 async def test_a_copy_restored_beside_versions_a_hold_keeps_is_erased_and_the_held_version_counted_once(
     engine: AsyncEngine, s3_env: str
 ) -> None:

@@ -27,7 +27,7 @@ from teamstore.audit.transcripts.base import subject_prefix
 from teamstore.audit.transcripts.capabilities import holds_any, missing_here
 from teamstore.db.clock import shared_later
 from teamstore.db.engine import describe_failure
-from teamstore.erasure.receipt import StepStatus, StoreResult
+from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
 from teamstore.erasure.record import load_parts, record_part
 from teamstore.erasure.steps.base import StepContext
 from teamstore.errors import StoreUnavailable, TranscriptStoreMismatch
@@ -39,6 +39,9 @@ HELD = frozenset({StepStatus.RETAINED_UNDER_HOLD, StepStatus.SHREDDED})
 """A store's part in these: the pass there left only versions a hold keeps (readable, or under a destroyed key)."""
 EARLIER = ""
 """The part of no store: the transcript counts a request an earlier release began recorded for the step alone."""
+HELD_VERSIONS = "held"
+"""The step-like record whose parts are, by store URL, the versions a hold kept there as the last pass found them
+(versions, objects, bytes): a later pass that finds some of them freed takes exactly theirs out of what it adds."""
 
 
 async def pending_stores(ctx: StepContext) -> list[str]:
@@ -64,6 +67,30 @@ async def held_stores(ctx: StepContext) -> dict[str, StoreResult]:
         return {}
     parts = await load_parts(ctx.engine, ctx.request_id, TRANSCRIPTS)
     return {store: part for store, part in parts.items() if part.status in HELD}
+
+
+async def held_versions(ctx: StepContext) -> dict[str, Counts]:
+    """The versions a hold kept in each store, as the request's last pass there found them (:data:`HELD_VERSIONS`);
+    a store whose held part was recorded by an earlier release has none.
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    if not ctx.request_id:
+        return {}
+    return {store: part.counts for store, part in (await load_parts(ctx.engine, ctx.request_id, HELD_VERSIONS)).items()}
+
+
+async def record_held(ctx: StepContext, store: str, status: StepStatus, held: Counts) -> None:
+    """Record the versions a hold keeps in ``store`` (``held``: counted as a listing counts them), beside its part
+    of ``status`` (held).
+
+    Raises:
+        ErasureConflict: Another coordinator holds the lease now.
+        StoreUnavailable: The database could not be reached.
+    """
+    await record_part(ctx.engine, ctx.request_id, HELD_VERSIONS, store, StoreResult(status=status, counts=held),
+                      ctx.owner)
 
 
 async def transcript_parts(ctx: StepContext, prior: StoreResult | None) -> dict[str, StoreResult]:

@@ -34,7 +34,15 @@ from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
 from teamstore.erasure.record import load_parts, record_part
 from teamstore.erasure.steps.base import StepContext
 from teamstore.erasure.steps.views import Kept, PlainObjects, Tally, VersionedObjects, View, view_of
-from teamstore.erasure.stores import EARLIER, HELD, TRANSCRIPTS, mismatch, same_request
+from teamstore.erasure.stores import (
+    EARLIER,
+    HELD,
+    TRANSCRIPTS,
+    held_versions,
+    mismatch,
+    record_held,
+    same_request,
+)
 from teamstore.errors import StorageError, TranscriptStoreGone, TranscriptUnavailable
 
 
@@ -168,7 +176,7 @@ async def _sweep(ctx: StepContext, url: str, store: TranscriptStore, part: Store
     """
     view, prefix = view_of(store, ctx.held), _prefix(ctx)
     free, holding = await _listed(ctx, view, prefix)
-    counts = _grown(part, free.counts(), holding)
+    counts = _grown(part, free.counts(), holding, (await held_versions(ctx)).get(url))
     if counts is None:
         return None
     await record_part(ctx.engine, ctx.request_id, TRANSCRIPTS, url,
@@ -185,6 +193,8 @@ async def _sweep(ctx: StepContext, url: str, store: TranscriptStore, part: Store
                                        "unreadable": counts.unreadable + kept.unreadable})
     grown = _result(counts)
     await record_part(ctx.engine, ctx.request_id, TRANSCRIPTS, url, grown, ctx.owner)
+    if grown.status in HELD:
+        await record_held(ctx, url, grown.status, holding.held.counts())
     if part is not None and part.status in HELD and grown.status not in HELD:
         # Its hold lifted, it is emptied now: no longer a store this request left holding, nor one to empty.
         await mark_store_erased(ctx.engine, _subject(ctx), url)
@@ -234,13 +244,13 @@ async def _free(view: View, prefix: str) -> Tally:
     return free
 
 
-def _grown(part: StoreResult | None, found: Counts, holding: Kept) -> Counts | None:
+def _grown(part: StoreResult | None, found: Counts, holding: Kept, held_before: Counts | None) -> Counts | None:
     """A done store's counts with what a later pass found there (``found``: free; ``holding``: held), by the
     main step's rule; None when they stay as they are.
 
     After a pass stopped there once it had counted (``enumerated``), what is found is a subset of its count. Held
-    versions the part counted and now found free (a hold lifted) are counted already; held versions beyond
-    those (a copy restored under a lock) are added.
+    versions the part counted and now found free (a hold lifted) are counted already (``held_before``: those
+    versions as that pass found them); held versions beyond those (a copy restored under a lock) are added.
     """
     held = {"retained": holding.retained, "unreadable": holding.unreadable}
     if part is None:
@@ -253,17 +263,25 @@ def _grown(part: StoreResult | None, found: Counts, holding: Kept) -> Counts | N
     freed, extra = max(0, before - now), max(0, now - before)
     if not (found.versions or found.delete_markers) and not freed and not extra:
         return None
-    return part.counts.plus(_less(found, freed)).plus(Counts(versions=extra)).model_copy(update=held)
+    less = _freed(found, freed, held_before, holding.held.counts())
+    return part.counts.plus(_beyond(found, less)).plus(Counts(versions=extra)).model_copy(update=held)
 
 
-def _less(found: Counts, freed: int) -> Counts:
-    """``found`` without ``freed`` of its versions (each of an object, its bytes a share of theirs): the ones
-    counted held before."""
+def _freed(found: Counts, freed: int, held_before: Counts | None, held_now: Counts) -> Counts:
+    """Of ``found``, the ``freed`` versions a hold kept at the last pass (counted then): what the held versions
+    then exceed those held now by, exactly, when that pass recorded them apart; else (a part an earlier release
+    recorded) each of an object, their bytes a share of what was found."""
     if not freed or not found.versions:
-        return found
-    versions = max(0, found.versions - freed)
-    return found.model_copy(update={"versions": versions, "objects": max(0, found.objects - freed),
-                                    "bytes": found.bytes * versions // found.versions})
+        return Counts()
+    if held_before is not None:
+        return _beyond(held_before, held_now).model_copy(update={"retained": 0, "unreadable": 0})
+    left = max(0, found.versions - freed)
+    return Counts(versions=freed, objects=freed, bytes=found.bytes - found.bytes * left // found.versions)
+
+
+def _beyond(counts: Counts, less: Counts) -> Counts:
+    """What ``counts`` exceeds ``less`` by, a field at a time (none where it does not)."""
+    return Counts(**{k: max(0, getattr(counts, k) - getattr(less, k)) for k in Counts.model_fields})
 
 
 def _result(counts: Counts) -> StoreResult:

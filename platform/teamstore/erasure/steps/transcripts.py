@@ -45,7 +45,15 @@ from teamstore.erasure.steps.views import (
     tallied,
     view_of,
 )
-from teamstore.erasure.stores import EARLIER, HELD, held_stores, mismatch, pending_stores, transcript_parts
+from teamstore.erasure.stores import (
+    EARLIER,
+    HELD,
+    held_stores,
+    mismatch,
+    pending_stores,
+    record_held,
+    transcript_parts,
+)
 from teamstore.errors import TranscriptUnavailable
 
 
@@ -158,6 +166,8 @@ class TranscriptStep:
         status, counts = await self._left_here(ctx, view, counts, kept, last=last)
         await record_part(ctx.engine, ctx.request_id, self.name, ctx.transcripts.url,
                           StoreResult(status=status, counts=counts), ctx.owner)
+        if status in HELD:
+            await record_held(ctx, ctx.transcripts.url, status, kept.held.counts())
         if not pending:
             return
         await record_step(ctx.engine, ctx.request_id, self.name,
