@@ -225,6 +225,42 @@ async def test_a_done_bucket_that_fails_to_list_for_a_while_fails_the_step_and_t
     await second.close()
 
 
+async def test_a_dry_run_names_the_done_stores_a_real_run_would_list_again_and_those_beyond_its_reach(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    first, away = LocalTranscriptStore(tmp_path / "first"), LocalTranscriptStore(tmp_path / "host" / "away")
+    second = LocalTranscriptStore(tmp_path / "second")
+    subject = await _written(engine, {first: 2, away: 1, second: 1})
+    for store in (first, away):
+        with pytest.raises(TranscriptStoreMismatch):
+            await coordinator(engine, store).run(USER, request_id="req-planned")
+    await first.put(f"{subject_prefix(subject)}{RESTORED}", b"restored transcript")
+    (tmp_path / "host").rename(tmp_path / "host-away")  # not mounted on this machine
+
+    plan = await coordinator(engine, second).run(USER, dry_run=True)
+
+    transcripts = plan.stores["transcripts"]
+    assert transcripts.status is StepStatus.WOULD_ERASE
+    assert transcripts.counts.objects == 2  # the one here, and the copy restored into the first store
+    assert transcripts.detail == (
+        f"a real run would list again, and erase what no hold keeps there: {first.url}; a real run would not list "
+        f"again, beyond its reach: {away.url} (a folder this machine does not have)")
+    assert await first.list_keys(subject_prefix(subject)) == [f"{subject_prefix(subject)}{RESTORED}"]
+    assert len(await second.list_keys(subject_prefix(subject))) == 1
+
+
+async def test_a_dry_run_against_a_store_before_others_to_empty_names_no_done_store(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    """A real pass there stops once its own store is emptied, naming the next: it lists no done store."""
+    first, second = LocalTranscriptStore(tmp_path / "first"), LocalTranscriptStore(tmp_path / "second")
+    await _written(engine, {first: 2, second: 1})
+
+    plan = await coordinator(engine, first).run(USER, dry_run=True)
+
+    assert plan.stores["transcripts"].counts.objects == 2 and plan.stores["transcripts"].detail is None
+
+
 async def test_a_kill_after_a_done_folder_is_swept_keeps_what_the_sweep_found_for_the_rerun(
     engine: AsyncEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

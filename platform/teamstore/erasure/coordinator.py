@@ -51,6 +51,7 @@ from teamstore.erasure.receipt import (
 )
 from teamstore.erasure.settings import ErasureSettings
 from teamstore.erasure.steps import Notice, Progress, Step, StepContext, build_steps
+from teamstore.erasure.steps.done_stores import planned
 from teamstore.erasure.stores import TRANSCRIPTS, check_store, transcript_parts
 from teamstore.erasure.verdict import key_destroyed, receipt_of, request_status, stored_receipt, verdict
 from teamstore.erasure.waits import Waits
@@ -435,11 +436,7 @@ class DeletionCoordinator:
         # Enumerating records nothing, so the context names no request.
         ctx = StepContext(self.engine, self.transcripts, "", user_id, subject, keys=self.keys)
         await check_store(ctx, self.settings.transcript_retention_days)  # a count from the wrong store misleads
-        stores: dict[str, StoreResult] = {}
-        for step in self.steps:
-            counts = await step.enumerate(ctx)
-            status = StepStatus.WOULD_ERASE if counts.total else StepStatus.NO_MATCH
-            stores[step.name] = StoreResult(status=status, counts=counts)
+        stores = {step.name: await _planned(step, ctx) for step in self.steps}
         now = await database_now(self.engine)  # as a request filed now would be received, on Postgres the server's
         found = any(result.status is not StepStatus.NO_MATCH for result in stores.values())
         bound = await backups_unreadable_by(self.engine, self.settings, now)
@@ -451,6 +448,17 @@ class DeletionCoordinator:
                                                 matched=found, planned=True),
             requested_by=requested_by, near_match=None if found else await near_match(self.engine, user_id),
         )
+
+
+async def _planned(step: Step, ctx: StepContext) -> StoreResult:
+    """What ``step`` would find; for the transcripts, with the done stores a real pass would list again
+    (:func:`teamstore.erasure.steps.done_stores.planned`), and those beyond its reach, named."""
+    counts, detail = await step.enumerate(ctx), None
+    if step.name == TRANSCRIPTS and ctx.subject_key is not None:
+        done, detail = await planned(ctx)
+        counts = counts.plus(done)
+    return StoreResult(status=StepStatus.WOULD_ERASE if counts.total else StepStatus.NO_MATCH, counts=counts,
+                       detail=detail)
 
 
 def _busy(request_id: str) -> ErasureConflict:

@@ -40,6 +40,7 @@ from teamstore.erasure.stores import (
     TRANSCRIPTS,
     held_versions,
     mismatch,
+    pending_stores,
     record_held,
     same_request,
 )
@@ -88,6 +89,43 @@ async def left_in_done(ctx: StepContext) -> Counts:
         finally:
             await _close(ctx, store)
     return left
+
+
+async def planned(ctx: StepContext) -> tuple[Counts, str | None]:
+    """For a dry run, which deletes and records nothing: what no hold keeps in the done stores a real pass here
+    would list again, counted, and the words naming those and the ones beyond its reach (:func:`_reached`).
+
+    A pass lists them only when it is the last: while another recorded store is still to empty, it stops after its
+    own naming that one, and so does this (nothing counted, no words).
+
+    Raises:
+        TranscriptUnavailable: A done store could not be listed for a reason that may pass (:func:`_reached`).
+    """
+    if [store for store in await pending_stores(ctx) if store != ctx.transcripts.url]:
+        return Counts(), None
+    found, listed, beyond = Counts(), [], {}
+    for url in await _done_stores(ctx, {}):
+        store = await _reached(ctx, url)
+        if isinstance(store, str):
+            beyond[url] = store
+            continue
+        try:
+            found = found.plus((await _free(view_of(store, ctx.held), _prefix(ctx))).counts())
+        finally:
+            await _close(ctx, store)
+        listed.append(url)
+    return found, _plan_words(listed, beyond)
+
+
+def _plan_words(listed: list[str], beyond: dict[str, str]) -> str | None:
+    """A dry run's words for the done stores: those a real pass would list again, and those beyond its reach."""
+    words = []
+    if listed:
+        words.append(f"a real run would list again, and erase what no hold keeps there: {', '.join(listed)}")
+    if beyond:
+        where = "; ".join(f"{url} ({why})" for url, why in sorted(beyond.items()))
+        words.append(f"a real run would not list again, beyond its reach: {where}")
+    return "; ".join(words) or None
 
 
 def not_listed_again(unlisted: dict[str, str]) -> str | None:
@@ -142,7 +180,8 @@ async def _reached(ctx: StepContext, url: str) -> TranscriptStore | str:
         await _close(ctx, store)
         raise TranscriptUnavailable(
             f"could not list {url}, a transcript store done for this request, again: {exc.message}",
-            hint=f"{exc.hint or 'fix that store'}, then rerun the same request id") from exc
+            hint=f"{exc.hint or 'fix that store'}, then "
+            f"{'rerun the same request id' if ctx.request_id else 'run the dry run again'}") from exc
     await _close(ctx, store)
     return why
 
