@@ -249,6 +249,26 @@ async def test_a_dry_run_names_the_done_stores_a_real_run_would_list_again_and_t
     assert len(await second.list_keys(subject_prefix(subject))) == 1
 
 
+@pytest.mark.s3
+async def test_a_dry_run_that_cannot_list_a_done_bucket_for_a_while_says_to_run_the_dry_run_again(
+    engine: AsyncEngine, request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dry run has no request id to rerun: its fix says what to run instead."""
+    first, second = await PAIRS["two buckets"](request, tmp_path)
+    await _emptied_first(engine, first, second, "req-planned-slow")
+
+    async def timing_out(store: TranscriptStore, prefix: str) -> bool:
+        raise TranscriptUnavailable("could not list object versions in bucket: S3 unreachable or too slow "
+                                    "(ReadTimeoutError)", hint="check AWS_ENDPOINT_URL_S3 and the network")
+    monkeypatch.setattr(done_stores, "holds_any", timing_out)
+    with pytest.raises(TranscriptUnavailable) as failed:
+        await coordinator(engine, second).run(USER, dry_run=True)
+    assert f"could not list {first.url}, a transcript store done for this request, again" in failed.value.message
+    assert failed.value.hint == "check AWS_ENDPOINT_URL_S3 and the network, then run the dry run again"
+    await first.close()
+    await second.close()
+
+
 async def test_a_dry_run_against_a_store_before_others_to_empty_names_no_done_store(
     engine: AsyncEngine, tmp_path: Path
 ) -> None:
