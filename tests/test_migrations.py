@@ -28,7 +28,7 @@ import teamstore.state.schema  # noqa: F401  (each registers its tables on the m
 from teamstore.audit.cost import query_costs
 from teamstore.audit.prices import parse_prices
 from teamstore.audit.pseudonyms import Pseudonyms
-from teamstore.audit.subjects import new_subject_key
+from teamstore.audit.subjects import new_subject_key, record_store, recorded_endpoints
 from teamstore.audit.transcripts.record import RunKeys
 from teamstore.db.engine import create_engine
 from teamstore.db.metadata import metadata
@@ -384,3 +384,23 @@ async def test_calls_an_earlier_release_recorded_as_answered_with_no_tokens_coun
     assert found == {"streamed": (2, 2, None), "failed": (1, 1, None),
                      "partly-failed": (3, 1, Decimal("0.1")), "known": (1, 0, Decimal("0.1"))}
     assert (report.total.unknown_usage_calls, report.total.cost) == (4, Decimal("0.2"))
+
+
+async def test_a_store_recorded_before_endpoints_were_reads_as_aws_own_until_an_erasure_records_where_it_reached_it(
+    database_url: str,
+) -> None:
+    # Migration 0029: a store was recorded by its URL alone, which names no S3 endpoint.
+    engine = create_engine(database_url)
+    await upgrade(engine, "0028")
+    subject = new_subject_key()
+    async with engine.begin() as conn:  # as the record before 0029 holds it
+        await conn.execute(text("INSERT INTO ts_subject_stores (subject_key, store, created_at) "
+                                "VALUES (:subject, 's3://audit/teamstore', :now)"),
+                           {"subject": subject, "now": datetime.now(UTC)})
+    assert await upgrade(engine) == head_revision()
+    assert await recorded_endpoints(engine, subject) == {"s3://audit/teamstore": None}
+
+    await record_store(engine, subject, "s3://audit/teamstore", endpoint="http://minio:9000", erasing=True)
+    await record_store(engine, subject, "s3://audit/teamstore", endpoint="http://other:9000", erasing=True)
+    assert await recorded_endpoints(engine, subject) == {"s3://audit/teamstore": "http://minio:9000"}
+    await engine.dispose()

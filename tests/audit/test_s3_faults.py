@@ -21,10 +21,12 @@ from teamstore.audit import outbox
 from teamstore.audit.observer import TranscriptObserver
 from teamstore.audit.pseudonyms import Pseudonyms
 from teamstore.audit.schema import outbox as outbox_table
+from teamstore.audit.subjects import find_subject, recorded_endpoints
 from teamstore.audit.transcripts import session_prefix
 from teamstore.audit.transcripts.base import run_key
 from teamstore.audit.transcripts.record import RunKeys, decode, sealed_context
 from teamstore.audit.transcripts.s3 import RULE_ID, S3TranscriptStore, lifecycle_rule, make_client, rule_id
+from teamstore.audit.transcripts.s3_client import recorded_endpoint
 from teamstore.db.fence import user_holds
 from teamstore.errors import ConfigurationError, TranscriptUnavailable, UploadInDoubt
 from teamstore.keys import KeyService
@@ -295,6 +297,18 @@ async def _outbox_rows(engine: AsyncEngine) -> list[str]:
         return list((await conn.scalars(select(outbox_table.c.run_id))).all())
 
 
+async def test_a_writer_records_its_store_with_the_endpoint_its_client_talks_to(
+    s3_bucket: str, s3_env: str, sqlite_engine: AsyncEngine
+) -> None:
+    """An erasure reaches a store only at that endpoint: a bucket's name at another one says nothing of it."""
+    store = S3TranscriptStore.from_url(f"s3://{s3_bucket}/t")
+    await observe_run([TranscriptObserver(store, sqlite_engine, Pseudonyms(sqlite_engine))], triage_team(),
+                      context(user_id="carol"))
+    subject = await find_subject(sqlite_engine, "carol")
+    assert subject is not None and await recorded_endpoints(sqlite_engine, subject) == {store.url: s3_env}
+    await store.close()
+
+
 async def test_s3_down_the_run_succeeds_the_transcript_waits_in_the_outbox_then_is_delivered_once(
     s3_bucket: str, sqlite_engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -529,3 +543,16 @@ async def test_a_request_cancelled_while_the_last_runs_audit_is_written_loses_no
     finally:
         await platform.store.aclose()
         await store.close()
+
+
+@pytest.mark.parametrize(("endpoint", "recorded"), [
+    ("https://s3.us-east-1.amazonaws.com", None),
+    ("https://bucket.vpce-0a1b.s3.eu-west-1.vpce.amazonaws.com/", None),
+    ("http://key:secret@minio:9000/", "http://minio:9000"),
+    ("HTTP://MinIO:9000", "http://minio:9000"),
+    ("http://[::1]:9000", "http://[::1]:9000"),
+])
+def test_a_store_s_endpoint_is_recorded_without_credentials_and_none_for_aws_own(
+    endpoint: str, recorded: str | None
+) -> None:
+    assert recorded_endpoint(endpoint) == recorded

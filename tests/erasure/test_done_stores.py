@@ -15,7 +15,7 @@ from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.subjects import get_or_create_subject, record_store
-from teamstore.audit.transcripts import TranscriptStore, subject_prefix
+from teamstore.audit.transcripts import TranscriptStore, store_endpoint, subject_prefix
 from teamstore.audit.transcripts.capabilities import ObjectVersion
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.s3 import S3TranscriptStore, make_client
@@ -56,7 +56,7 @@ async def _written(engine: AsyncEngine, stores: dict[TranscriptStore, int]) -> s
     """So many transcripts of the user in each store, each store recorded first (as writers do); the subject."""
     subject = await get_or_create_subject(engine, USER)
     for store, runs in stores.items():
-        await record_store(engine, subject, store.url)
+        await record_store(engine, subject, store.url, endpoint=store_endpoint(store))
         for n in range(runs):
             await store.put(f"{subject_prefix(subject)}sessions/s{n}/runs/r{n}.jsonl.gz", b"transcript")
     return subject
@@ -188,6 +188,31 @@ async def test_an_emptied_bucket_since_deleted_is_reported_as_not_listed_again_a
 
     assert receipt.status is RequestStatus.COMPLETED, receipt
     assert f"{first.url} (it no longer exists: " in (receipt.stores["transcripts"].detail or "")
+    await first.close()
+    await second.close()
+
+
+@pytest.mark.s3
+async def test_a_done_bucket_written_at_another_s3_endpoint_is_reported_as_not_reachable_here_with_that_endpoint(
+    engine: AsyncEngine, s3_env: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A MinIO beside AWS: through this erasure's client, a bucket of that name is another one (or none, which is
+    no sign that the store is gone): it is not listed there, and the receipt names the endpoint that reaches it."""
+    elsewhere = s3_env.replace("127.0.0.1", "localhost")  # the same server under another name: another endpoint
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", elsewhere)
+    first = S3TranscriptStore(make_client(), versioned_bucket(), "audit")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_env)
+    second = S3TranscriptStore(make_client(), versioned_bucket(), "audit")
+    subject = await _emptied_first(engine, first, second, "req-endpoint")
+
+    receipt = await coordinator(engine, second).run(USER, request_id="req-endpoint")
+
+    assert receipt.status is RequestStatus.COMPLETED, receipt
+    assert f"{first.url} (not reachable here: it was written at the S3 endpoint {elsewhere} and this erasure talks to " \
+        f"the S3 endpoint {s3_env}; a pass with AWS_ENDPOINT_URL_S3 set to {elsewhere} reaches it)" in (
+            receipt.stores["transcripts"].detail or "")
+    assert receipt.stores["transcripts"].counts.objects == 3  # the restored copy was never listed
+    assert await first.list_keys(subject_prefix(subject)) == [f"{subject_prefix(subject)}{RESTORED}"]
     await first.close()
     await second.close()
 

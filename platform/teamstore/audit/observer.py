@@ -40,7 +40,12 @@ from teamstore.audit.prices import load_prices
 from teamstore.audit.pseudonyms import Pseudonyms
 from teamstore.audit.span_observer import SpanObserver
 from teamstore.audit.subjects import record_store
-from teamstore.audit.transcripts import TranscriptStore, run_key, transcript_store_from_settings
+from teamstore.audit.transcripts import (
+    TranscriptStore,
+    run_key,
+    store_endpoint,
+    transcript_store_from_settings,
+)
 from teamstore.audit.transcripts.record import encode_lines, item_line, run_record, sealed_context
 from teamstore.errors import ErasureInProgress, TeamstoreError, TranscriptNotFound, UploadInDoubt
 from teamstore.events import RunContext, RunObserver, RunOutcome, StreamItem
@@ -240,7 +245,7 @@ class TranscriptObserver:
         if subject_key in self._noted:
             self._noted.move_to_end(subject_key)
             return
-        await record_store(self.engine, subject_key, self.store.url)
+        await record_store(self.engine, subject_key, self.store.url, endpoint=store_endpoint(self.store))
         self._noted[subject_key] = None
         while len(self._noted) > self._noted_size:
             self._noted.popitem(last=False)

@@ -30,6 +30,7 @@ from teamstore.audit.claims import Queued
 from teamstore.audit.rewrites import record_rewrite
 from teamstore.audit.schema import outbox, subjects
 from teamstore.audit.subjects import record_store
+from teamstore.audit.transcripts import store_endpoint
 from teamstore.audit.transcripts.base import TranscriptStore
 from teamstore.db.clock import now_utc, shared_later, shared_now, shared_now_as, utc
 from teamstore.db.engine import describe_failure
@@ -270,7 +271,8 @@ async def _flush(engine: AsyncEngine, store: TranscriptStore, limit: int, late_u
         # Written as of when it was queued (its run's end): its retention runs from the run, not from here.
         written_at = row.queued_at or now_utc()
         try:
-            await record_store(engine, row.subject_key, store.url)  # erasure must reach every store that holds some
+            # Erasure must reach every store that holds some, at its endpoint.
+            await record_store(engine, row.subject_key, store.url, endpoint=store_endpoint(store))
             await record_rewrite(engine, store, row.object_key, row.subject_key, written_at)
         except ErasureInProgress:
             await claims.settle(engine, row.run_id, owner, None)  # fenced since the claim: the erasure takes the row

@@ -7,7 +7,7 @@
 
 Created by migrations ``0002_audit``, ``0009_outbox_claims`` (the outbox's claims), ``0010_subject_stores``,
 ``0011_subject_sessions``, ``0016_transcript_rewrites``, ``0017_usage_attempts`` (the ledger's attempts) and
-``0018_session_secrets`` (``teamstore db upgrade``), never implicitly; the first creates the ``session_costs`` view
+``0018_session_secrets``, ``0029_store_endpoints`` (``teamstore db upgrade``), never implicitly; the first creates the ``session_costs`` view
 for BI tools (documented in docs/analysts.md; 0007 makes its cost exact on Postgres).
 """
 
@@ -59,6 +59,9 @@ subject_stores = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     # Set by an erasure that emptied this store of the subject while another store still held some.
     Column("erased_at", DateTime(timezone=True), nullable=True),
+    # The S3 endpoint the store was reached at (migration 0029): NULL for AWS's own, a folder, or a record from
+    # before endpoints were recorded (read as AWS's own too). Never a user or password.
+    Column("endpoint", Text, nullable=True),
     PrimaryKeyConstraint("subject_key", "store"),
 )
 # The application's own session id behind each session key (migration 0011), so that a cost report can be

@@ -5,7 +5,7 @@
     subject, secret = await ensure_subject(engine, "alice@example.com")   # both random, stored in ts_subjects
     key = session_key(secret, "session-42")                               # HMAC of the session id
     prefix = subject_prefix(subject)          # every transcript object of the user, without a scan
-    await record_store(engine, subject, store.url)     # before the first upload there: erasure reaches it
+    await record_store(engine, subject, store.url, endpoint=store_endpoint(store))  # erasure reaches it
 
 User ids are matched exactly: no case folding and no unicode normalisation, so ``"Alice"`` and ``"alice"``
 (or NFC and NFD forms of one name) are different users.
@@ -175,7 +175,8 @@ async def get_or_create_subject(engine: AsyncEngine, user_id: str) -> str:
     return (await ensure_subject(engine, user_id)).key
 
 
-async def record_store(engine: AsyncEngine, subject_key: str, store: str, *, erasing: bool = False) -> None:
+async def record_store(engine: AsyncEngine, subject_key: str, store: str, *, endpoint: str | None = None,
+                       erasing: bool = False) -> None:
     """Record that ``store`` receives transcripts of the subject, before the first of them is written there.
 
     An erasure reads these records to know every store it must reach (:func:`recorded_stores`). Recording one
@@ -187,8 +188,11 @@ async def record_store(engine: AsyncEngine, subject_key: str, store: str, *, era
         engine: The state database.
         subject_key: The subject.
         store: The store's ``url`` (``s3://bucket/prefix``, or a folder's resolved ``file://`` URL).
+        endpoint: The endpoint the store is reached at (:func:`teamstore.audit.transcripts.store_endpoint`):
+            ``None`` for a folder or AWS's own S3.
         erasing: The subject's erasure records the store it empties, for its own rerun, also after an earlier
-            attempt deleted the mapping.
+            attempt deleted the mapping; and the endpoint it reached it at, where a record from before endpoints
+            were recorded (migration 0029) has none.
 
     Raises:
         ErasureInProgress: The subject's mapping is gone (an erasure deleted it): write no transcript there.
@@ -196,7 +200,7 @@ async def record_store(engine: AsyncEngine, subject_key: str, store: str, *, era
     """
     c = subject_stores.c
     row = {"subject_key": literal(subject_key, c.subject_key.type), "store": literal(store, c.store.type),
-           "created_at": literal(datetime.now(UTC), c.created_at.type)}
+           "created_at": literal(datetime.now(UTC), c.created_at.type), "endpoint": literal(endpoint, c.endpoint.type)}
     mapped = exists().where(subjects.c.subject_key == subject_key)
     source = select(*(value.label(name) for name, value in row.items()))
     stmt = insert_new(engine.dialect.name, subject_stores).from_select(
@@ -205,6 +209,9 @@ async def record_store(engine: AsyncEngine, subject_key: str, store: str, *, era
         async with engine.begin() as conn:
             recorded = (await conn.execute(stmt.returning(c.subject_key))).first() is not None
             gone = not recorded and not erasing and not await conn.scalar(select(mapped))
+            if erasing and endpoint is not None:
+                await conn.execute(update(subject_stores).where(c.subject_key == subject_key, c.store == store,
+                                                                c.endpoint.is_(None)).values(endpoint=endpoint))
     except SQLAlchemyError as exc:
         raise _unavailable(exc) from exc
     if gone:
@@ -225,6 +232,22 @@ async def recorded_stores(engine: AsyncEngine, subject_key: str) -> dict[str, bo
     except SQLAlchemyError as exc:
         raise _unavailable(exc) from exc
     return {str(store): erased is not None for store, erased in rows}
+
+
+async def recorded_endpoints(engine: AsyncEngine, subject_key: str) -> dict[str, str | None]:
+    """The endpoint every store recorded for the subject was reached at: ``None`` for a folder, AWS's own S3, or a
+    record from before endpoints were recorded (migration 0029), which reads as AWS's own.
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    c = subject_stores.c
+    try:
+        async with engine.connect() as conn:
+            rows = (await conn.execute(select(c.store, c.endpoint).where(c.subject_key == subject_key))).all()
+    except SQLAlchemyError as exc:
+        raise _unavailable(exc) from exc
+    return {str(store): None if endpoint is None else str(endpoint) for store, endpoint in rows}
 
 
 async def store_ever_written(engine: AsyncEngine, store: str) -> bool:

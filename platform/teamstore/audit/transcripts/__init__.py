@@ -36,6 +36,7 @@ __all__ = [
     "run_key",
     "session_prefix",
     "store_beside",
+    "store_endpoint",
     "subject_prefix",
     "transcript_store_from_settings",
     "transcript_store_from_url",
@@ -110,6 +111,13 @@ def store_beside(store: TranscriptStore, url: str) -> TranscriptStore | None:
         return transcript_store_from_url(url)
     siblings = capability(store, Capability.SIBLINGS)
     return siblings.sibling(url) if siblings is not None else None
+
+
+def store_endpoint(store: TranscriptStore) -> str | None:
+    """The endpoint ``store`` is reached at, recorded with it (:data:`Capability.SIBLINGS`' ``endpoint``): ``None``
+    for a folder, and for S3 on AWS's own endpoint."""
+    siblings = capability(store, Capability.SIBLINGS)
+    return siblings.endpoint if siblings is not None else None
 
 
 def transcript_store_from_settings(settings: Settings) -> TranscriptStore:

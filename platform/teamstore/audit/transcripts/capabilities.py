@@ -20,7 +20,7 @@ reaches into a backend's client, bucket or folder.
 | ``LIFECYCLE_RULES`` | :class:`Lifecycle`: the service expires objects (a lifecycle rule) | yes | no (``sweep()`` does) |
 | ``PARTIAL_WRITES`` | :class:`PartialWrites`: temporary files a killed writer left | no (a PUT is whole or absent) | yes |
 | ``HOST_LOCAL`` | :class:`HostLocal`: whether this machine has the store at all, and which database it belongs to | no (reached from anywhere) | yes |
-| ``SIBLINGS`` | :class:`Siblings`: another store of the same kind, by its URL, reached with this one's client | yes (another bucket or prefix, same endpoint and credentials) | no (a folder is opened by its URL alone) |
+| ``SIBLINGS`` | :class:`Siblings`: another store of the same kind, by its URL, reached with this one's client, and the endpoint that client talks to (recorded with each store) | yes (another bucket or prefix, same endpoint and credentials) | no (a folder is opened by its URL alone) |
 """
 
 from __future__ import annotations
@@ -212,6 +212,11 @@ async def _first(items: AsyncIterator[T]) -> T | None:
 class Siblings(Protocol):
     """``Capability.SIBLINGS``: a store reached through a client (endpoint, credentials) reaches other stores of
     its kind through the same one, so a caller holding it can open another store a record names."""
+
+    @property
+    def endpoint(self) -> str | None:
+        """The endpoint the client talks to, as recorded with each store it reaches (``None``: the kind's
+        default, AWS's own for S3); a store of another endpoint is none of its siblings."""
 
     def sibling(self, url: str) -> TranscriptStore | None:
         """The store ``url`` names, through this store's client; ``None`` when ``url`` is not of this kind (or

@@ -44,6 +44,7 @@ from teamstore.audit.transcripts.s3_client import (
     error_code,
     make_client,
     no_retry_after_unanswered,
+    recorded_endpoint,
     translate,
     without_keys,
 )
@@ -134,6 +135,11 @@ class S3TranscriptStore:
                 hint="e.g. s3://audit/teamstore",
             )
         return cls(make_client(**client_options), parsed.netloc, parsed.path)  # type: ignore[arg-type]
+
+    @property
+    def endpoint(self) -> str | None:
+        """The endpoint this store's client talks to, as recorded with the store (:func:`recorded_endpoint`)."""
+        return recorded_endpoint(str(self.client.meta.endpoint_url))
 
     def sibling(self, url: str) -> S3TranscriptStore | None:
         """The store ``s3://bucket/prefix`` names, through this store's client (same endpoint, credentials and

@@ -14,6 +14,7 @@ subject key, and the text goes into an erasure receipt).
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from teamstore.aws import client_config
 from teamstore.errors import (
@@ -121,6 +122,18 @@ def make_client(connect_timeout: float = 2.0, read_timeout: float = 5.0, max_att
     if not client.meta.endpoint_url.lower().startswith(("http://", "https://")):
         raise _bad_endpoint()
     return client
+
+
+def recorded_endpoint(url: str) -> str | None:
+    """The endpoint a client talks to, as recorded with the stores it reaches: ``None`` for AWS's own (any
+    ``amazonaws.com`` host: one namespace of buckets, whichever region or endpoint of it), else its scheme, host and
+    port, never a user or password the URL carries (credentials come from the ``AWS_*`` variables)."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    if host == "amazonaws.com" or host.endswith((".amazonaws.com", ".amazonaws.com.cn")):
+        return None
+    host = f"[{host}]" if ":" in host else host
+    return f"{parts.scheme.lower()}://{host}{f':{parts.port}' if parts.port else ''}{parts.path.rstrip('/')}"
 
 
 def _bad_endpoint() -> ConfigurationError:

@@ -12,9 +12,10 @@ for the subject, and every store a pass of this request counted, besides its own
 erasure's own settings (:func:`teamstore.audit.transcripts.store_beside`: a folder this machine has, or another
 bucket or prefix through the configured S3 client); what no hold keeps there is counted and recorded (status
 ``enumerated``), then deleted, and the verification lists them once more. A done store this pass cannot reach
-for good (a folder this machine lacks, an S3 store where it talks to folders or the reverse, a bucket that no
-longer exists) does not hold the request open: each pass would name another store forever when the stores are
-two machines' folders. It is reported, with why, as not listed again, once its last sweep finished (one that
+for good (a folder this machine lacks, an S3 store where it talks to folders or the reverse, or written at
+another S3 endpoint than its client talks to, a bucket that no longer exists) does not hold the request open:
+each pass would name another store forever when the stores are two machines' folders (or at two endpoints: a
+pass has one client). It is reported, with why, as not listed again, once its last sweep finished (one that
 counted versions there and did not delete them all stops the request, naming it, as a store still to empty).
 Any other failure to list one (a timeout, refused credentials, the wrong region) may pass: it fails the step,
 and a rerun lists the store.
@@ -26,8 +27,8 @@ counted twice, and held versions beyond them (a copy restored under a lock) are 
 
 from __future__ import annotations
 
-from teamstore.audit.subjects import mark_store_erased, recorded_stores
-from teamstore.audit.transcripts import store_beside
+from teamstore.audit.subjects import mark_store_erased, recorded_endpoints, recorded_stores
+from teamstore.audit.transcripts import Capability, capability, store_beside, store_endpoint
 from teamstore.audit.transcripts.base import TranscriptStore, subject_prefix
 from teamstore.audit.transcripts.capabilities import HoldStatus, holds_any, missing_here
 from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
@@ -169,6 +170,9 @@ async def _reached(ctx: StepContext, url: str) -> TranscriptStore | str:
     store = store_beside(ctx.transcripts, url)
     if store is None:
         return f"this erasure, talking to {ctx.transcripts.url}, cannot reach that kind of store"
+    if (elsewhere := await _elsewhere(ctx, url, store)) is not None:
+        await _close(ctx, store)
+        return elsewhere
     try:
         if not await missing_here(store):
             await holds_any(store, _prefix(ctx))
@@ -184,6 +188,23 @@ async def _reached(ctx: StepContext, url: str) -> TranscriptStore | str:
             f"{'rerun the same request id' if ctx.request_id else 'run the dry run again'}") from exc
     await _close(ctx, store)
     return why
+
+
+async def _elsewhere(ctx: StepContext, url: str, store: TranscriptStore) -> str | None:
+    """Why ``store`` (``url``, reached through this erasure's client) is not reachable here: recorded at another
+    endpoint than the client talks to, where a bucket of its name, if any, is another one. None when it is not."""
+    if store is ctx.transcripts or capability(store, Capability.SIBLINGS) is None:
+        return None
+    recorded, ours = (await recorded_endpoints(ctx.engine, _subject(ctx))).get(url), store_endpoint(ctx.transcripts)
+    if recorded == ours:
+        return None
+    return (f"not reachable here: it was written at {_endpoint(recorded)} and this erasure talks to "
+            f"{_endpoint(ours)}; a pass with AWS_ENDPOINT_URL_S3 {f'set to {recorded}' if recorded else 'unset'} "
+            "reaches it")
+
+
+def _endpoint(endpoint: str | None) -> str:
+    return f"the S3 endpoint {endpoint}" if endpoint else "AWS's own S3 endpoint (or before endpoints were recorded)"
 
 
 def _left_unlisted(ctx: StepContext, url: str, part: StoreResult | None, why: str) -> str:

@@ -28,6 +28,7 @@ from __future__ import annotations
 from contextlib import aclosing
 
 from teamstore.audit.subjects import mark_store_erased, record_store
+from teamstore.audit.transcripts import store_endpoint
 from teamstore.audit.transcripts.base import subject_prefix
 from teamstore.audit.transcripts.capabilities import HoldStatus, holds_any
 from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
@@ -102,7 +103,8 @@ class TranscriptStep:
             return StoreResult(status=StepStatus.DELETED, counts=prior.counts if prior else Counts())
         # Recorded before anything is deleted (a no-op if it is already): a rerun of this request then talks
         # to this store again, even for transcripts written before stores were recorded.
-        await record_store(ctx.engine, ctx.subject_key, ctx.transcripts.url, erasing=True)
+        await record_store(ctx.engine, ctx.subject_key, ctx.transcripts.url,
+                           endpoint=store_endpoint(ctx.transcripts), erasing=True)
         view, prefix = view_of(ctx.transcripts, ctx.held), subject_prefix(ctx.subject_key)
         others, before = await _parts(ctx, prior)
         tally = await tallied(view, prefix)
