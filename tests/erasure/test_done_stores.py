@@ -203,7 +203,13 @@ async def test_a_done_bucket_written_at_another_s3_endpoint_is_reported_as_not_r
     first = S3TranscriptStore(make_client(), versioned_bucket(), "audit")
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_env)
     second = S3TranscriptStore(make_client(), versioned_bucket(), "audit")
-    subject = await _emptied_first(engine, first, second, "req-endpoint")
+    subject = await _written(engine, {first: 2, second: 1})
+    with pytest.raises(TranscriptStoreMismatch) as named:
+        await coordinator(engine, first).run(USER, request_id="req-endpoint")  # from a client at that endpoint
+    # The fix names the endpoint the next store was written at, which is not the one this pass talked to.
+    assert named.value.hint == (f"run erase with AWS_ENDPOINT_URL_S3={s3_env}, TEAMSTORE_TRANSCRIPTS_URL={second.url} "
+                                "and the same --request-id req-endpoint")
+    await first.put(f"{subject_prefix(subject)}{RESTORED}", b"restored transcript")
 
     receipt = await coordinator(engine, second).run(USER, request_id="req-endpoint")
 

@@ -22,7 +22,8 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from teamstore.audit.schema import SUBJECT_STORES_SINCE, usage
-from teamstore.audit.subjects import recorded_stores
+from teamstore.audit.subjects import recorded_endpoints, recorded_stores
+from teamstore.audit.transcripts import store_endpoint
 from teamstore.audit.transcripts.base import subject_prefix
 from teamstore.audit.transcripts.capabilities import holds_any, missing_here
 from teamstore.db.clock import shared_later
@@ -143,7 +144,7 @@ async def check_store(ctx: StepContext, retention_days: int) -> None:
         # copied back, a folder a request emptied filled again). Erased here first, the step then names the others.
         if await holds_any(ctx.transcripts, subject_prefix(ctx.subject_key)):
             return
-        raise mismatch(ctx, pending, f"this erasure talks to {ours}, which {_erased_or_not(recorded, ours)}")
+        raise await mismatch(ctx, pending, f"this erasure talks to {ours}, which {_erased_or_not(recorded, ours)}")
     if ours in pending and await missing_here(ctx.transcripts):
         # Listed here it would give nothing: the receipt would say no_match while the transcripts stay there.
         raise TranscriptStoreMismatch(
@@ -175,12 +176,19 @@ def _erased_or_not(recorded: dict[str, bool], ours: str) -> str:
     return "this request emptied already" if recorded.get(ours) else "never received any"
 
 
-def mismatch(ctx: StepContext, stores: list[str], why: str) -> TranscriptStoreMismatch:
-    """The refusal naming the stores still to empty; the request stays open."""
+async def mismatch(ctx: StepContext, stores: list[str], why: str) -> TranscriptStoreMismatch:
+    """The refusal naming the stores still to empty; the request stays open. Its fix names the endpoint the first
+    was written at, when one is recorded and it is not the one this erasure's client talks to.
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
     names = " and ".join(stores)
+    recorded = (await recorded_endpoints(ctx.engine, ctx.subject_key)).get(stores[0]) if ctx.subject_key else None
+    at = f"AWS_ENDPOINT_URL_S3={recorded}, " if recorded not in (None, store_endpoint(ctx.transcripts)) else ""
     return TranscriptStoreMismatch(
         f"this user's transcripts were written to {names}; {why}. {what_stays(ctx)}",
-        hint=f"run erase with TEAMSTORE_TRANSCRIPTS_URL={stores[0]} and {same_request(ctx)}",
+        hint=f"run erase with {at}TEAMSTORE_TRANSCRIPTS_URL={stores[0]} and {same_request(ctx)}",
         stores=tuple(stores),
     )
 

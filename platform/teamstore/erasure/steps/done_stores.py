@@ -64,7 +64,7 @@ async def sweep_done(ctx: StepContext, others: dict[str, StoreResult]
     for url in await _done_stores(ctx, others):
         store = await _reached(ctx, url)
         if isinstance(store, str):
-            unlisted[url] = _left_unlisted(ctx, url, others.get(url), store)
+            unlisted[url] = await _left_unlisted(ctx, url, others.get(url), store)
             continue
         try:
             grown = await _sweep(ctx, url, store, others.get(url))
@@ -83,7 +83,7 @@ async def left_in_done(ctx: StepContext) -> Counts:
     for url in await _done_stores(ctx, parts):
         store = await _reached(ctx, url)
         if isinstance(store, str):
-            _left_unlisted(ctx, url, parts.get(url), store)
+            await _left_unlisted(ctx, url, parts.get(url), store)
             continue
         try:
             left = left.plus((await _free(view_of(store, ctx.held), _prefix(ctx))).counts())
@@ -207,7 +207,7 @@ def _endpoint(endpoint: str | None) -> str:
     return f"the S3 endpoint {endpoint}" if endpoint else "AWS's own S3 endpoint (or before endpoints were recorded)"
 
 
-def _left_unlisted(ctx: StepContext, url: str, part: StoreResult | None, why: str) -> str:
+async def _left_unlisted(ctx: StepContext, url: str, part: StoreResult | None, why: str) -> str:
     """``why`` the done store ``url`` is not listed again, if its last sweep finished (``part``: emptied, or left
     holding only held versions).
 
@@ -217,7 +217,7 @@ def _left_unlisted(ctx: StepContext, url: str, part: StoreResult | None, why: st
     """
     if part is None or part.status is StepStatus.DELETED or part.status in HELD:
         return why
-    raise mismatch(ctx, [url], f"a pass of this request counted some there and did not finish deleting them, and "
+    raise await mismatch(ctx, [url], f"a pass of this request counted some there and did not finish deleting them, and "
                    f"this erasure cannot reach it ({why})")
 
 

@@ -175,7 +175,7 @@ class TranscriptStep:
         await record_step(ctx.engine, ctx.request_id, self.name,
                           StoreResult(status=StepStatus.DELETED, counts=_sum(counts, others)), ctx.owner)
         but = f", but for {kept.held.listed} version(s) a hold keeps there," if kept.held.listed else ""
-        raise mismatch(ctx, pending, f"this erasure has deleted them from {ctx.transcripts.url}{but} and talks to no "
+        raise await mismatch(ctx, pending, f"this erasure has deleted them from {ctx.transcripts.url}{but} and talks to no "
                        "other store")
 
     async def _left_here(self, ctx: StepContext, view: View, counts: Counts, kept: Kept, *, last: bool
@@ -209,7 +209,7 @@ class TranscriptStep:
         if ctx.subject_key is None:
             return Counts()
         if others := [store for store in await pending_stores(ctx) if store != ctx.transcripts.url]:
-            raise mismatch(ctx, others, f"this erasure talks to {ctx.transcripts.url} alone")
+            raise await mismatch(ctx, others, f"this erasure talks to {ctx.transcripts.url} alone")
         view = view_of(ctx.transcripts, ctx.held)
         left, held, beyond_use = Tally(), 0, 0
         async for page in view.pages(subject_prefix(ctx.subject_key)):
