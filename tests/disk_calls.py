@@ -39,10 +39,12 @@ class DiskCalls:
     """``os.fsync`` (by the path flushed), ``os.replace``, ``os.rename`` and ``os.link`` (by source and target)."""
 
     calls: list[tuple[str, Path, Path | None]] = field(default_factory=list)
-    failing: set[Path] = field(default_factory=set)
-    """Paths whose flush fails (EIO), after it is noted: a disk that fails it."""
+    failing: dict[Path, int] = field(default_factory=dict)
+    """Paths whose flush fails (with the errno given), after it is noted: a disk that fails it."""
     failing_files_in: set[Path] = field(default_factory=set)
-    """Folders the flush of any file in fails so (a temporary file's random name is not known beforehand)."""
+    """Folders the flush of any file in fails so, EIO (a temporary file's random name is not known beforehand)."""
+    refused_opens: dict[Path, int] = field(default_factory=dict)
+    """Paths whose ``os.open`` fails (with the errno given): a folder this process may not read."""
 
     def around(self, target: Path) -> Around:
         """The flushes before and after the last move onto ``target``.
@@ -61,17 +63,25 @@ class DiskCalls:
         """Every path flushed, in order."""
         return [path for kind, path, _ in self.calls if kind == "fsync"]
 
-    def fail_flush_of(self, path: Path) -> None:
-        """Make every later flush of ``path`` fail, as a failing disk does."""
-        self.failing.add(_real(path))
+    def fail_flush_of(self, path: Path, code: int = errno.EIO) -> None:
+        """Make every later flush of ``path`` fail with ``code``: ``EIO`` as a failing disk does, ``EINVAL`` as a
+        filesystem that does not flush folders does."""
+        self.failing[_real(path)] = code
+
+    def refuse_open_of(self, path: Path, code: int = errno.EACCES) -> None:
+        """Make every later ``os.open`` of ``path`` fail with ``code``, as for a folder this process may write
+        into but not read (``0300``; root reads it all the same, so a test cannot just chmod it)."""
+        self.refused_opens[_real(path)] = code
 
     def fail_file_flushes_in(self, folder: Path) -> None:
         """Make every later flush of a file in ``folder`` fail, as a failing disk does."""
         self.failing_files_in.add(_real(folder))
 
-    def fails(self, path: Path) -> bool:
-        """Whether the flush of ``path`` is to fail."""
-        return path in self.failing or (path.parent in self.failing_files_in and not path.is_dir())
+    def fails(self, path: Path) -> int | None:
+        """The errno the flush of ``path`` is to fail with; ``None`` when it is to be done."""
+        if path in self.failing:
+            return self.failing[path]
+        return errno.EIO if path.parent in self.failing_files_in and not path.is_dir() else None
 
 
 def record_disk_calls(monkeypatch: pytest.MonkeyPatch) -> DiskCalls:
@@ -82,11 +92,12 @@ def record_disk_calls(monkeypatch: pytest.MonkeyPatch) -> DiskCalls:
     def noted_fsync(fd: Any) -> None:
         path = Path(os.readlink(f"/proc/self/fd/{fd if isinstance(fd, int) else fd.fileno()}"))
         calls.calls.append(("fsync", path, None))
-        if calls.fails(path):
-            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        if (code := calls.fails(path)) is not None:
+            raise OSError(code, os.strerror(code))
         fsync(fd)
 
     monkeypatch.setattr(os, "fsync", noted_fsync)
+    monkeypatch.setattr(os, "open", _refusing_open(calls, os.open))
     for kind in _MOVES:
         monkeypatch.setattr(os, kind, _noted_move(calls, kind, getattr(os, kind)))
     return calls
@@ -99,6 +110,17 @@ def _noted_move(calls: DiskCalls, kind: str, move: Callable[..., None]) -> Calla
         calls.calls.append((kind, source_path, target_path))
 
     return noted
+
+
+def _refusing_open(calls: DiskCalls, open_: Callable[..., int]) -> Callable[..., int]:
+    def refusing(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if calls.refused_opens and kwargs.get("dir_fd") is None:
+            code = calls.refused_opens.get(_real(Path(os.fsdecode(path))))
+            if code is not None:
+                raise OSError(code, os.strerror(code), os.fsdecode(path))
+        return open_(path, flags, *args, **kwargs)
+
+    return refusing
 
 
 def _real(path: Path) -> Path:

@@ -1,6 +1,6 @@
 """Putting a file, or a folder's entries, on the disk before saying a write, rename or delete is done.
 
-    from teamstore.disk import folders_changed_by_making, fsync_file, fsync_folders, fsync_name
+    from teamstore.disk import folders_changed_by_making, fsync_file, fsync_folders, fsync_name, fsync_up
 
     made = folders_changed_by_making(path.parent)       # before the mkdir: whose entries it changes
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -8,16 +8,23 @@
     os.replace(tmp, path)
     fsync_name(path, made)                              # the new name, and its new folders, survive a power loss
     fsync_folders(changed, within=root)                 # after a batch of deletes: each folder once
+    fsync_up(path.parent)                               # a rerun, which cannot know what a failed run made
 
 A file's bytes reach the disk with an ``fsync`` of the file; its name (made, renamed or removed) is an entry of
 its folder, and reaches the disk only with an ``fsync`` of that folder. Until then a power loss or the host's
 crash can bring back a name removed, or lose one made, whatever the process was told. A folder made on the way
 is a name in the folder above it, flushed the same way: a file flushed into a folder whose own name was lost is
 lost with it.
+
+A folder this process may write into but not read (a drop folder, ``0300``) cannot be opened to flush it, and
+some filesystems refuse a folder's ``fsync``: such a folder is not flushed, and that is no error, as PostgreSQL
+has it (``fsync_fname_ext``: ``EACCES`` opening a folder, ``EBADF`` or ``EINVAL`` flushing one, are ignored). Its
+names are then as durable as that filesystem makes them. A file's flush that fails is always an error.
 """
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 from collections.abc import Iterable
@@ -30,16 +37,37 @@ def fsync_file(path: Path) -> None:
     Raises:
         OSError: It could not be opened or flushed.
     """
-    _fsync(path, getattr(os, "O_NOFOLLOW", 0))
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+_FOLDER_NOT_OPENED = frozenset({errno.EACCES})  # writable and searchable, not readable: it cannot be opened
+_FOLDER_NOT_FLUSHED = frozenset({errno.EBADF, errno.EINVAL})  # a filesystem that does not flush folders
 
 
 def fsync_folder(path: Path) -> None:
-    """Put a folder's entries (names made, renamed or removed in it) on the disk.
+    """Put a folder's entries (names made, renamed or removed in it) on the disk; nothing when this process may
+    not open it (``EACCES``) or its filesystem does not flush folders (``EBADF``, ``EINVAL``): see above.
 
     Raises:
-        OSError: It could not be opened or flushed.
+        OSError: It could not be opened or flushed otherwise (``EIO``: the disk failed it).
     """
-    _fsync(path, getattr(os, "O_DIRECTORY", 0))
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError as exc:
+        if exc.errno in _FOLDER_NOT_OPENED:
+            return
+        raise
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in _FOLDER_NOT_FLUSHED:
+            raise
+    finally:
+        os.close(fd)
 
 
 def folders_changed_by_making(folder: Path) -> list[Path]:
@@ -61,12 +89,19 @@ def fsync_name(path: Path, made: Iterable[Path] = ()) -> None:
         fsync_folder(folder)
 
 
-def _fsync(path: Path, flags: int) -> None:
-    fd = os.open(path, os.O_RDONLY | flags)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def fsync_up(folder: Path) -> None:
+    """Put ``folder``'s entries on the disk, and those of each folder above it up to its filesystem's root (the
+    mount point, or ``/``). What a rerun does when it cannot know which of them an earlier, failed run made: each
+    such folder is a name in the one above it. Not for a hot path: one ``fsync`` per folder.
+
+    Raises:
+        OSError: A folder could not be flushed (the first one; none above it was tried).
+    """
+    real = Path(os.path.realpath(folder))  # the folders the names are in, not those of a link to them
+    for step in (real, *real.parents):
+        fsync_folder(step)
+        if os.path.ismount(step):  # its own name is the other filesystem's, and was not made by a write here
+            return
 
 
 def fsync_folders(folders: Iterable[Path], *, within: Path) -> None:

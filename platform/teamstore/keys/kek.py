@@ -19,8 +19,8 @@ host's clock) and ``made_by`` names the database whose rotation made it (:mod:`t
 (:mod:`teamstore.keys.unrecorded`). Both sit beside ``keys`` rather than in each entry so that a version from
 before them still reads and writes the file. A key without a date (made before them, or by such a version) is
 dated when the file is next written: never older than it is; one without a maker is never destroyed so. The file is written whole to a temporary file and moved into place, owner-only, and
-flushed to the disk before the move and its folder after it (:class:`~teamstore.errors.KeyFileInDoubt` when that
-fails); a file that group or others may read is refused. Losing it makes every payload sealed under it unreadable, for good (docs/erasure.md).
+flushed to the disk before the move and its folder after it (a new home's, each folder above it too; a
+:class:`~teamstore.errors.KeyFileInDoubt` when that fails); a file that group or others may read is refused. Losing it makes every payload sealed under it unreadable, for good (docs/erasure.md).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import os
 import secrets
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
@@ -43,7 +43,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from config_registry.folders import PRIVATE, make_folder
-from teamstore.disk import folders_changed_by_making, fsync_name
+from teamstore.disk import fsync_name, fsync_up
 from teamstore.errors import ConfigurationError, DataKeyDamaged, KeyDestroyed, KeyFileInDoubt, KeyUnavailable
 
 LOCAL, KMS = "local:", "kms:"
@@ -251,17 +251,20 @@ class LocalKeyFile:
         Raises:
             KeyUnavailable: The file holds several keys (its database must name which is current), or could not be
                 made.
-            KeyFileInDoubt: The file was made (or found), but its folder could not be flushed: run it again.
+            KeyFileInDoubt: The file was made (or found), but a folder could not be flushed: run it again.
         """
-        with self._locked() as made:
+        # Its database records the key next, so the file's folder and each above it up to the filesystem's root are
+        # flushed every time, whether the file is made now or found: a run that failed after making any of them
+        # (a flush, the write itself) left this run no way to know which.
+        with self._locked():
             if not self.path.exists():
                 kek_id = f"{LOCAL}{secrets.token_hex(16)}"
                 self._write({"format": FORMAT, "keys": {kek_id: base64.b64encode(os.urandom(32)).decode("ascii")},
-                             "destroyed": []}, made)
+                             "destroyed": []}, up=True)
                 return kek_id
             keys = list(self._read()["keys"])
-            if len(keys) == 1:  # its database records it next: flushed again, should the write's flush have failed
-                self._flush()
+            if len(keys) == 1:
+                self._flush(up=True)
         if len(keys) != 1:
             raise KeyUnavailable(
                 f"the key file {self.path} holds {len(keys)} key-encryption keys and the database records none",
@@ -365,9 +368,9 @@ class LocalKeyFile:
                                  hint="restore it from its backup")
         return identity, doc
 
-    def _write(self, doc: dict[str, Any], made: Iterable[Path] = ()) -> None:
-        """Write the file whole beside itself, flushed, rename it into place, then flush its folder (and ``made``:
-        the folders :meth:`_locked` made for it): a key the database records must outlive a power loss.
+    def _write(self, doc: dict[str, Any], *, up: bool = False) -> None:
+        """Write the file whole beside itself, flushed, rename it into place, then flush its folder (and, ``up``,
+        each folder above it: :meth:`_flush`): a key the database records must outlive a power loss.
 
         Raises:
             KeyUnavailable: It could not be written; the file is as it was.
@@ -377,27 +380,31 @@ class LocalKeyFile:
         # would leave the new key only here, and the backed-up file without it.
         target = self.path.resolve()
         try:
-            made = [*made, *folders_changed_by_making(target.parent)]
-            make_folder(target.parent, PRIVATE)
+            make_folder(target.parent, PRIVATE)  # a link's target's, which :meth:`_locked` did not make
             _replace(target, json.dumps(_dated(doc)))
         except OSError as exc:
             raise KeyUnavailable(f"could not write the key file {self.path} ({exc.strerror or exc}); it is as it was",
                                  hint="check the permissions of its folder and the space left, then run the same "
                                  "command again") from None
-        self._flush(made)
+        self._flush(up=up)
 
-    def _flush(self, made: Iterable[Path] = ()) -> None:
-        """Put the file's name (and ``made``) on the disk. Also what a rerun of a write whose flush failed does, when
-        it finds the change made already and so writes nothing (:class:`KeyFileInDoubt`).
+    def _flush(self, *, up: bool = False) -> None:
+        """Put the file's name on the disk; ``up``: and the name of each folder above it, up to the filesystem's
+        root (a new home's, whose folders a failed run may have made). Also what a rerun of a write whose flush
+        failed does, when it finds the change made already and so writes nothing (:class:`KeyFileInDoubt`).
 
         Raises:
             KeyFileInDoubt: A folder could not be flushed.
         """
+        target = self.path.resolve()
         try:
-            fsync_name(self.path.resolve(), made)
+            if up:
+                fsync_up(target.parent)
+            else:
+                fsync_name(target)
         except OSError as exc:
             raise KeyFileInDoubt(
-                f"the key file {self.path} was written, but its folder could not be flushed to the disk "
+                f"the key file {self.path} was written, but a folder holding it could not be flushed to the disk "
                 f"({exc.strerror or exc}): it may or may not hold the change after a power loss, so the database "
                 "records none of it",
                 hint="check the disk that holds the key file, then run the same command again: it flushes the file "
@@ -405,11 +412,9 @@ class LocalKeyFile:
             ) from None
 
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[list[Path]]:
-        """Serialise changes to the file across processes (a lock file beside it). Yields the folders whose
-        entries making its folder changed (:func:`folders_changed_by_making`), for a new file's :meth:`_write`."""
+    def _locked(self) -> Iterator[None]:
+        """Serialise changes to the file across processes (a lock file beside it)."""
         try:
-            made = folders_changed_by_making(self.path.parent)
             make_folder(self.path.parent, PRIVATE)
             fd = os.open(self.path.with_name(self.path.name + ".lock"), os.O_CREAT | os.O_RDWR, 0o600)
         except OSError as exc:
@@ -417,7 +422,7 @@ class LocalKeyFile:
                                  hint="check that its folder is writable by this user") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            yield made
+            yield
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)

@@ -6,8 +6,9 @@ rename it over the target, so a partition is replaced in one step.
     ...                                                         # write the partition into staged
     sink.commit("day=2026-11-30/part-00000.parquet", staged)
 
-A partition's bytes are flushed to the disk before its rename and its folder after it (with each folder the export
-made for it, in the folder above), so a day the export reported written outlives a power loss.
+A partition's bytes are flushed to the disk before its rename, and after it its folder and each one up to the
+export's own; the first commit of each sink goes on up to the filesystem's root (the export's folder, or those above
+it, may have been made by an export that failed), so a day the export reported written outlives a power loss.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import os
 import uuid
 from pathlib import Path
 
-from teamstore.disk import folders_changed_by_making, fsync_file, fsync_name
+from teamstore.disk import fsync_file, fsync_name, fsync_up
 from teamstore.errors import LedgerExportFailed
 
 
@@ -31,13 +32,14 @@ class LocalPartitions:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.url = root.resolve().as_uri()
-        self._made: set[Path] = set()  # folders whose entries a stage changed, flushed by the commit after it
+        self._up_flushed = False  # the folders above the export's own: flushed by the first commit, once
 
     def stage(self, key: str) -> Path:
         """A temporary file in the partition's own folder (the rename stays on one filesystem)."""
         target = self.root / key
         try:
-            self._made.update(folders_changed_by_making(target.parent))
+            if not self.root.is_dir():  # made again (removed since the last commit): their names are new again
+                self._up_flushed = False
             target.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise LedgerExportFailed(f"cannot make the export folder {str(target.parent)!r}: {exc.strerror}",
@@ -65,22 +67,22 @@ class LocalPartitions:
         try:
             self._flush_name(target)
         except OSError as exc:
-            raise LedgerExportFailed(f"wrote {key!r} under {str(self.root)!r}, but its folder could not be flushed "
-                                     f"to the disk ({exc.strerror}): it may not outlive a power loss",
+            raise LedgerExportFailed(f"wrote {key!r} under {str(self.root)!r}, but a folder holding it could not be "
+                                     f"flushed to the disk ({exc.strerror}): it may not outlive a power loss",
                                      hint="check the disk, then run the same export again") from None
-        self._made.clear()
 
     def _flush_name(self, target: Path) -> None:
-        """Flush ``target``'s folder and those up to the export's own every time: the rerun of an export whose
-        flush failed (in a new process, which made none of them) flushes what the failed one made. Then the folders
-        above the export's own that a stage made, once.
+        """Flush ``target``'s folder and those up to the export's own every time (cheap, and how the rerun of an
+        export whose flush failed flushes what the failed one made); then, once per sink, each folder above the
+        export's own up to the filesystem's root: a rerun cannot know which of them a failed export made.
 
         Raises:
             OSError: A folder could not be flushed.
         """
-        within = [folder for folder in target.parents[1:] if folder.is_relative_to(self.root)]
-        above = [folder for folder in self._made if not folder.is_relative_to(self.root)]
-        fsync_name(target, [*within, *sorted(above, key=lambda folder: len(folder.parts), reverse=True)])
+        fsync_name(target, [folder for folder in target.parents[1:] if folder.is_relative_to(self.root)])
+        if not self._up_flushed:
+            fsync_up(self.root.parent)
+            self._up_flushed = True
 
     def discard(self, staged: Path) -> None:
         """Remove a staged file left by a failed export."""
