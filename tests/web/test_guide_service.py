@@ -6,6 +6,7 @@ SIGTERM with a request in flight."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import subprocess
@@ -20,8 +21,9 @@ from sqlalchemy import select
 
 from teamstore.db.engine import create_engine
 from teamstore.db.fence import held
+from teamstore.errors import KeyFileInDoubt
 from tests.conftest import prepare
-from tests.web.guide import TURNS, GuideServer, register_team, write_guide_files
+from tests.web.guide import GUIDE, TURNS, GuideServer, register_team, write_guide_files
 
 TEXT = "My router keeps dropping"
 SOURCES = ["user", *["triage", "researcher", "critic"] * 2]
@@ -112,6 +114,17 @@ def test_the_guide_s_own_tests_pass_against_the_guide_s_service(app_folder: Path
         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(app_folder), *sys.path])})
     assert done.returncode == 0, done.stdout + done.stderr
     assert "3 passed" in done.stdout
+
+
+def test_a_key_file_in_doubt_is_a_503_as_a_retry_clears_it(app_folder: Path) -> None:
+    # A new database's first key written, its folder not flushed: the retry flushes it, then serves.
+    spec = importlib.util.spec_from_file_location("guide_service", app_folder / "service.py")
+    assert spec is not None and spec.loader is not None
+    service = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(service)
+    doubt = KeyFileInDoubt("the key file was written, but its folder could not be flushed", hint="run it again")
+    assert service.status_of(doubt) == 503
+    assert "| `KeyFileInDoubt` | 503 |" in GUIDE.read_text(encoding="utf-8")
 
 
 @both_databases

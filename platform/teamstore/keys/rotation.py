@@ -122,6 +122,9 @@ async def rotate(keys: KeyService, *, to: str | None = None, retire_days: int = 
     Raises:
         ConfigurationError: ``to`` is empty or blank, or names no KMS key this process may use (nothing changed).
         KeyUnavailable: A KEK could not be used (KMS unreachable): rerun to resume; what was re-wrapped stays.
+        KeyFileInDoubt: The new KEK went into the local key file (or a new database's first one did), but a
+            folder holding it could not be flushed: the database records none of it; rerun (a rotation's key is
+            then an unused entry that ``keys retire`` destroys).
         StoreUnavailable: The database failed; rerun to resume.
     """
     if to is not None and not to.strip():
@@ -425,6 +428,8 @@ async def retire(keys: KeyService, now: datetime | None = None, retire_days: int
 
     Raises:
         KeyUnavailable: A KEK could not be used or destroyed (rerun: it goes on where it stopped).
+        KeyFileInDoubt: A local KEK's material went from the key file, but its folder could not be flushed: the
+            database does not record it destroyed; rerun (it flushes the file first).
         StoreUnavailable: The database failed.
     """
     now = now or await database_now(keys.engine)

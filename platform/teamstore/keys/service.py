@@ -345,6 +345,8 @@ class KeyService:
         Raises:
             ConfigurationError: ``TEAMSTORE_KMS_KEY_ID`` names a KMS key this database has never used.
             KeyUnavailable: The first KEK could not be made or reached.
+            KeyFileInDoubt: The first KEK went into the local key file, but a folder holding it could not be
+                flushed: nothing recorded it; a retry flushes the file, then records it.
         """
         current = await self._recorded_current()
         if current is None:
