@@ -8,6 +8,7 @@ import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -18,11 +19,13 @@ from teamstore.cli import app
 from teamstore.db.engine import create_engine
 from teamstore.db.identity import database_id
 from teamstore.db.migrate import upgrade
-from teamstore.keys import KeyService
+from teamstore.errors import KeyFileInDoubt, StoreUnavailable
+from teamstore.keys import KeyService, rotation
 from teamstore.keys.kek import LocalKeyFile
-from teamstore.keys.rotation import retire
+from teamstore.keys.rotation import retire, rotate
 from teamstore.keys.status import status
 from teamstore.settings import Settings
+from tests.disk_calls import DiskCalls, record_disk_calls
 from tests.keys.key_file import made_days_ago
 
 
@@ -156,3 +159,60 @@ async def test_a_database_keeps_its_id_and_another_database_has_its_own(engine: 
         assert len(again) == 32 and again == await database_id(other)
     finally:
         await other.dispose()
+
+
+def _failing_from_now(calls: DiskCalls) -> Path:
+    """Make every later flush of the key file's folder fail (EIO), as a failing disk does; the folder."""
+    folder = Settings().resolved_key_file.resolve().parent
+    calls.fail_flush_of(folder)
+    return folder
+
+
+async def test_a_retire_whose_destroy_of_an_unrecorded_key_went_unflushed_flushes_the_key_file_when_run_again(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The key is gone from the file, so no rerun finds it to destroy again; a power loss could still bring it back.
+    keys = KeyService.from_settings(engine, Settings())
+    await keys.seal("alice", b"words", "memory/facts")
+    made = _key_file().create(await database_id(engine))
+    made_days_ago(made, 30)
+    calls = record_disk_calls(monkeypatch)
+    key_file, destroy = keys.ring.key_file, keys.ring.key_file.destroy
+
+    def destroy_on_a_failing_disk(kek_id: str) -> None:
+        _failing_from_now(calls)
+        destroy(kek_id)
+
+    monkeypatch.setattr(key_file, "destroy", destroy_on_a_failing_disk)
+    with pytest.raises(KeyFileInDoubt):
+        await retire(keys, retire_days=0)
+    assert made not in _key_file().made()
+    calls.failing.clear()
+    calls.calls.clear()
+    assert (await retire(keys, retire_days=0)).unrecorded_destroyed == []
+    assert Settings().resolved_key_file.resolve().parent in calls.flushed()
+
+
+async def test_a_rotations_key_removed_again_but_not_flushed_is_said_so_not_as_an_entry_kept(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keys = KeyService.from_settings(engine, Settings())
+    await keys.seal("alice", b"words", "memory/facts")
+    current = await keys.current_kek()
+    calls = record_disk_calls(monkeypatch)
+
+    async def refused(*_args: Any) -> bool:  # the database refuses the new key; the disk fails from then on
+        _failing_from_now(calls)
+        raise StoreUnavailable("the database refused to record the new key-encryption key", hint="check it")
+
+    monkeypatch.setattr(rotation, "_make_current", refused)
+    with pytest.raises(StoreUnavailable) as caught:
+        await rotate(keys, retire_days=7)
+    said = caught.value.message
+    assert "was removed from the key file again, but its folder could not be flushed" in said
+    assert "keeps an unused entry" not in said  # it does not: a power loss may bring one back
+    assert list(_key_file().made()) == [current]
+    calls.failing.clear()
+    calls.calls.clear()
+    await retire(keys, retire_days=7)
+    assert Settings().resolved_key_file.resolve().parent in calls.flushed()

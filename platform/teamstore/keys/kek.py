@@ -388,6 +388,16 @@ class LocalKeyFile:
                                  "command again") from None
         self._flush(up=up)
 
+    def flush(self) -> None:
+        """Put the file's name on the disk (its folder's entries): what ``keys retire`` does before it reads the
+        file, for a destroy whose flush failed (:class:`KeyFileInDoubt`) and which the file no longer lists.
+
+        Raises:
+            KeyFileInDoubt: Its folder could not be flushed.
+        """
+        with self._locked():
+            self._flush()
+
     def _flush(self, *, up: bool = False) -> None:
         """Put the file's name on the disk; ``up``: and the name of each folder above it, up to the filesystem's
         root (a new home's, whose folders a failed run may have made). Also what a rerun of a write whose flush

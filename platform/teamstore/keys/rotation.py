@@ -47,6 +47,7 @@ from teamstore.errors import (
     DataKeyDamaged,
     KeyDeletionRefused,
     KeyDestroyed,
+    KeyFileInDoubt,
     KeyUnavailable,
     StoreUnavailable,
     TeamstoreError,
@@ -209,6 +210,11 @@ async def _unrecorded(keys: KeyService, new: str, exc: StoreUnavailable) -> Stor
     every month), or, if that fails too, named so that the operator can."""
     try:
         await asyncio.to_thread(keys.ring.destroy, new)
+    except KeyFileInDoubt:
+        return StoreUnavailable(f"{exc.message}; the key-encryption key made for the rotation was removed from the "
+                                "key file again, but its folder could not be flushed: a power loss may bring it back, "
+                                "as an unused entry, which `teamstore keys retire` flushes away (or destroys once it "
+                                "is TEAMSTORE_KEY_RETIRE_DAYS old)", hint=exc.hint)
     except TeamstoreError:
         if not new.startswith(KMS):
             return StoreUnavailable(f"{exc.message}; the key file keeps an unused entry made for the rotation, "

@@ -103,14 +103,20 @@ async def retire_unrecorded(keys: KeyService, retire_days: int) -> tuple[list[st
 
     Raises:
         KeyUnavailable, ConfigurationError: The key file cannot be read or written.
+        KeyFileInDoubt: A key's material went from the key file, but its folder could not be flushed: run it again.
         StoreUnavailable: The database failed.
     """
+    key_file = keys.ring.key_file
+    if await asyncio.to_thread(key_file.exists):
+        # A destroy here whose flush failed left the key gone from the file, so out of what is found below, and a
+        # power loss could still bring it back: flushed first (one fsync), as a rerun is told it does.
+        await asyncio.to_thread(key_file.flush)
     found = await unrecorded(keys, retire_days)
     if any(u.made_at is None for u in found):
-        await asyncio.to_thread(keys.ring.key_file.date_undated)  # they wait from now on: never taken for old
+        await asyncio.to_thread(key_file.date_undated)  # they wait from now on: never taken for old
         found = await unrecorded(keys, retire_days)
     now = datetime.now(UTC)  # the key file's dates are this host's
     due = [u for u in found if u.destroy_after is not None and u.destroy_after <= now]
     for u in due:
-        await asyncio.to_thread(keys.ring.key_file.destroy, u.kek_id)
+        await asyncio.to_thread(key_file.destroy, u.kek_id)
     return [u.kek_id for u in due], [u for u in found if u not in due]
