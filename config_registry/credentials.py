@@ -78,8 +78,6 @@ _GOOGLE_CREDENTIALS = ["google", "application", "credentials"]
 # "$env:PGPASSWORD='pw'"), also after another command ("cd /srv && PGPASSWORD=pw psql"): the names are an
 # environment's, in upper case, as "token=abc" in a sentence is not ...
 _SETS_VARIABLE = re.compile(r"(?:^|[\s;&|\"'(){}])(?:(?i:\$env:)[A-Z_][A-Z0-9_]*\s*|[A-Z_][A-Z0-9_]*)=")
-# A string that begins as a command line does, by setting a variable for its command.
-_STARTS_WITH_ASSIGNMENT = re.compile(r"\s*[A-Z_][A-Z0-9_]*=")
 _SHELL_ASSIGNMENT = re.compile(r"(?i:\$env:)?([A-Z_][A-Z0-9_]*=.*)", re.DOTALL)
 _SETTERS = frozenset({"export", "set"})
 # ... and the working directories a shell keeps, which only look like a password's "PWD".
@@ -160,16 +158,24 @@ def _environment_credential(value: str) -> str | None:
     ``export`` or Windows' ``set``, in PowerShell's ``$env:PGPASSWORD=...``, or alone (``PGPASSWORD=...``).
     Only upper-case names count: ``token=abc`` in a sentence is prose, and ``set PGPASSWORD in your env``
     sets nothing."""
+    for assignment in _shell_assignments(value):
+        found = _argument_credential(assignment)
+        if found is not None:
+            return found
+    return None
+
+
+def _shell_assignments(value: str) -> list[str]:
+    """The ``NAME=value`` words that set a variable in any command of ``value`` (its subshells' included):
+    before the program or its wrapper's (``env``, ``sudo``), or after ``export`` or ``set``, PowerShell's
+    ``$env:`` left off."""
     if not _SETS_VARIABLE.search(value):
-        return None
+        return []
+    found = []
     for words in simple_commands(value):
         assigned = words[1:] if words[0].lower() in _SETTERS else words[: command_word(words)]
-        for word in assigned:
-            assignment = _SHELL_ASSIGNMENT.fullmatch(word)
-            found = _argument_credential(assignment.group(1)) if assignment else None
-            if found is not None:
-                return found
-    return None
+        found += [match.group(1) for match in map(_SHELL_ASSIGNMENT.fullmatch, assigned) if match]
+    return found
 
 
 def _connection_credential(value: str) -> str | None:
@@ -299,7 +305,8 @@ def command_line_credential(text: str) -> str | None:
     (``sh -c "tool --api-key VALUE serve"``), split as a POSIX shell splits it, or a password given to a
     program in any of its commands (:func:`~config_registry.programs.program_passwords`), those of the scripts its shells run included
     (``bash -lc '...'``); ``None`` otherwise."""
-    if len(shell_words(text)) < 2:
+    # One word is no command line; a subshell's "(tool --token VALUE)" is one word until its commands are read.
+    if max(map(len, simple_commands(text)), default=0) < 2:
         return None
     # A word may be a whole connection string or URL (psql 'host=db password=...', a JDBC URL), read with
     # the '&' and ';' a shell would split it at when it is not quoted.
@@ -342,11 +349,12 @@ def environment_value_credential(name: str, value: str) -> str | None:
 
 
 def assignment_command_credential(text: str) -> str | None:
-    """What a string that begins by setting a variable (``OPENAI_API_KEY=EMPTY tool --api-key VALUE``) holds
-    as a command line (:func:`command_line_credential`), which that start shows it to be wherever it stands
-    (an environment variable's value, a string in a tool's source); ``None`` for any other string, where a
-    flag may be prose's."""
-    return command_line_credential(text) if _STARTS_WITH_ASSIGNMENT.match(text) else None
+    """What a string in which a command sets a variable (``OPENAI_API_KEY=EMPTY tool --api-key VALUE``, also
+    after another command, in a subshell, after ``export``, ``set``, ``env``, ``sudo`` or PowerShell's
+    ``$env:``) holds as a command line (:func:`command_line_credential`), which setting a variable shows it to
+    be wherever it stands (an environment variable's value, a string in a tool's source); ``None`` for any
+    other string, where a flag may be prose's."""
+    return command_line_credential(text) if _shell_assignments(text) else None
 
 
 def encoded_script_credential(words: list[str]) -> str | None:

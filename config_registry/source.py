@@ -13,7 +13,8 @@ parameter's default; a dict key or subscript only when it is a name), in lower o
 name's last word says it holds a credential and the value looks like one (:func:`_given_credential`), anything a
 string literal or comment holds that a definition's other strings are refused for (a known shape, a
 connection string, a variable set as the shell sets it: ``"PGPASSWORD=pw psql"``), a secret flag's value in
-a string that begins by setting a variable (``"OPENAI_API_KEY=EMPTY tool --api-key VALUE"``), or a password a
+a string in which a command sets a variable (``"OPENAI_API_KEY=EMPTY tool --api-key VALUE"``, ``"cd /srv &&
+export A=1; tool ..."``), or a password a
 command line gives its program (:func:`~config_registry.programs.program_passwords`: a MySQL client's
 ``-pVALUE``, sshpass's ``-p VALUE``) in a string or a list of strings (``["mysql", "-pVALUE"]``), and what
 PowerShell's encoded script in either holds (``["pwsh", "-enc", "BASE64"]``). What the

@@ -132,6 +132,29 @@ def test_a_secret_flag_in_a_command_line_that_sets_a_dummy_key_or_a_path_first_i
     assert _refused(_component(env={"STARTUP": line})).field == f"config.{SERVER}.env.STARTUP"
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        "export OPENAI_API_KEY=EMPTY; tool --api-key q7Rz9LmX2vPkAbC",
+        "cd /srv && OPENAI_API_KEY=EMPTY tool --api-key q7Rz9LmX2vPkAbC",
+        "env OPENAI_API_KEY=EMPTY tool --api-key q7Rz9LmX2vPkAbC",
+        "sudo OPENAI_API_KEY=EMPTY tool --api-key q7Rz9LmX2vPkAbC",
+        "set -e; OPENAI_API_KEY=EMPTY tool --api-key q7Rz9LmX2vPkAbC",
+        "$env:OPENAI_API_KEY='EMPTY'; tool --api-key q7Rz9LmX2vPkAbC",
+        "cd /srv && OPENAI_API_KEY=EMPTY curl -H 'Authorization: Bearer q7Rz9LmX2vPkAbC' x",
+        "cd /srv && DB_PASSWORD_FILE=/run/pw psql --password hunter2Xk",
+        "(OPENAI_API_KEY=EMPTY tool --api-key q7Rz9LmX2vPkAbC)",
+    ],
+)
+def test_a_secret_flag_after_a_dummy_key_set_anywhere_in_a_command_line_is_refused_in_source_env_and_args(
+    line: str,
+) -> None:
+    source = f"import subprocess\nsubprocess.run({line!r}, shell=True)\n"
+    assert _refused(_component(source=source)).field == f"config.{SOURCE}"
+    assert _refused(_component(env={"STARTUP": line})).field == f"config.{SERVER}.env.STARTUP"
+    assert _refused(_component(args=["-c", line])).field == f"config.{SERVER}.args.1"
+
+
 def test_a_command_line_that_sets_a_dummy_key_first_is_stored_in_source_and_env() -> None:
     line = "OPENAI_API_KEY=EMPTY python client.py --model qwen2.5 --base-url http://localhost:8000/v1"
     component = _component(source=f"import subprocess\nsubprocess.run({line!r}, shell=True)\n", env={"STARTUP": line})
