@@ -60,8 +60,6 @@ _FLAG = re.compile(r"-{1,2}([A-Za-z][A-Za-z0-9_-]*)(?:=(.*))?", re.DOTALL)
 # An argument that sets a variable (docker's ``-e API_KEY=VALUE``, ``env API_KEY=VALUE server``) or writes a
 # header (mcp-remote's ``--header "Authorization: Bearer VALUE"``) ...
 _ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.DOTALL)
-# The flags docker, podman and kubectl set a variable with, the whole of whose value is the variable's.
-_SETS_ENVIRONMENT = frozenset({"-e", "--env"})
 _HEADER_LINE = re.compile(r"([A-Za-z][A-Za-z0-9-]*):\s*(.*)", re.DOTALL)
 # A header's name, its words of letters ("X-Api-Key", "X-Hub-Signature-256"), which a random token is not.
 _HEADER_NAME = re.compile(r"[A-Za-z]+(?:-[A-Za-z0-9]+)*")
@@ -234,10 +232,10 @@ def flag_credential(items: list[Any], index: int, *, script: bool = False) -> st
     the item after a bare ``--token``; or sets a secret variable or header (``API_KEY=VALUE``,
     ``Authorization: Bearer VALUE``); ``None`` otherwise, and for a ``${VAR}`` the server expands.
 
-    With ``script`` the items are an ``args`` list as given, any item of which a shell may run whole: a
-    variable set at the start of one (``DB_PASSWORD_FILE=/run/pw psql``) is judged by the word it is given
-    (:func:`variable_credential`), unless the item is a flag's value or docker's ``-e``/``--env`` one, a
-    variable's whole value with no command after it. Words a shell split are never read so."""
+    With ``script`` the item is the script a POSIX shell is given (``sh -c SCRIPT``:
+    :func:`~config_registry.shell.posix_script_at`), which the shell splits into words: a variable set at its
+    start (``DB_PASSWORD_FILE=/run/pw psql``) is judged by the word it is given (:func:`variable_credential`).
+    Any other item, which no shell splits (``env``'s, docker's ``-e`` value), is the variable's whole value."""
     item = items[index]
     if not isinstance(item, str) or not item:
         return None
@@ -250,8 +248,7 @@ def flag_credential(items: list[Any], index: int, *, script: bool = False) -> st
     previous = _FLAG.fullmatch(items[index - 1]) if index and isinstance(items[index - 1], str) else None
     if previous and previous.group(2) is None and _secret_flag(previous.group(1), item) and not _FLAG.fullmatch(item):
         return f"the value of the flag '--{previous.group(1)}'"
-    before = items[index - 1] if index else None
-    raw = script and match is None and before not in _SETS_ENVIRONMENT
+    raw = script and match is None
     return _argument_credential(match.group(2) if match and match.group(2) is not None else item, raw=raw)
 
 
@@ -443,8 +440,8 @@ def variable_credential(name: str, value: str, *, command_may_follow: bool = Fal
     the rest of a command line, and a value that leaves the secret out may be followed by the command it is
     set for (``PGPASSWORD=${DB_PASSWORD:?} psql``): :func:`~config_registry.placeholders.variable_left_out`.
     With ``raw_command_line`` too the value is the rest of an unquoted command line as given, and a path or a
-    dummy key is judged by its first word (:func:`_given_before_command`); a word a shell split, or docker's
-    ``-e`` value, is judged whole. A variable whose name says it holds a command line (``PASSWORD_COMMAND``)
+    dummy key is judged by its first word (:func:`_given_before_command`); a word a shell split, or an
+    argument no shell splits, is judged whole. A variable whose name says it holds a command line (``PASSWORD_COMMAND``)
     is read as one (:func:`command_line_credential`)."""
     value = value.strip()
     if holds_command_line(name):  # "DB_PASSWORD_COMMAND=pass show db"

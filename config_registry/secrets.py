@@ -32,7 +32,7 @@ from config_registry.credentials import (
 from config_registry.errors import DefinitionInvalid, ScriptUnreadable, SecretUnavailable
 from config_registry.names import holds_secret_command, is_secret_field
 from config_registry.programs import program_passwords
-from config_registry.shell import encoded_script_at
+from config_registry.shell import encoded_script_at, posix_script_at
 from config_registry.source import source_credential
 
 MASK = "**********"
@@ -104,7 +104,7 @@ def _name_of(path: str, key: str, parent: Any) -> str | None:
     return key
 
 
-def _check_undeclared(path: str, key: str, value: Any, parent: Any) -> None:
+def _check_undeclared(path: str, key: str, value: Any, parent: Any, *, shell_runs: bool = False) -> None:
     if is_reference(value):
         raise DefinitionInvalid(
             f"is a secret reference {value[REFERENCE_KEY]!r} the manifest does not declare",
@@ -135,17 +135,18 @@ def _check_undeclared(path: str, key: str, value: Any, parent: Any) -> None:
         if found is not None:
             _refuse_plaintext(path, found, hint=_SOURCE_HINT)
         return
-    found = _found_in_value(path, key, value, parent)
+    found = _found_in_value(path, key, value, parent, shell_runs=shell_runs)
     if found is not None:
         _refuse_plaintext(path, found)
 
 
-def _found_in_value(path: str, key: str, value: Any, parent: Any) -> str | None:
-    """What a value holds as a credential whatever its field, as an argument of a command line, or as a
-    command line kept in an environment variable."""
+def _found_in_value(path: str, key: str, value: Any, parent: Any, *, shell_runs: bool) -> str | None:
+    """What a value holds as a credential whatever its field, as an argument of a command line (``shell_runs``:
+    the script a shell is given in ``args``, :func:`_shell_scripts`), or as a command line kept in an
+    environment variable."""
     found = value_credential(value) if isinstance(value, str) else None
     if found is None and isinstance(parent, list):
-        found = flag_credential(parent, int(key), script=_is_argument(path, parent))
+        found = flag_credential(parent, int(key), script=shell_runs)
     if found is None and isinstance(value, str) and _is_argument(path, parent):
         found = command_line_credential(value)
     if found is None and isinstance(value, str) and _is_environment(path, parent):
@@ -175,6 +176,19 @@ def _is_argument(path: str, parent: Any) -> bool:
     if isinstance(parent, dict):
         return path.rsplit(".", 1)[-1] == "command" and isinstance(parent.get("args"), list)
     return isinstance(parent, list) and path.rsplit(".", 2)[-2:-1] == ["args"]
+
+
+def _shell_scripts(config: Any) -> set[str]:
+    """The paths of the ``args`` items a POSIX shell the server's ``command`` starts is given as its script
+    (``"command": "sh", "args": ["-c", SCRIPT]``): the only items a shell splits into words again, so the only
+    ones where a variable set at the start is given its first word alone."""
+    found = set()
+    for path, key, value, parent in walk(config):
+        command = parent.get("command") if isinstance(parent, dict) and key == "args" else None
+        if isinstance(command, str) and isinstance(value, list):
+            at = posix_script_at([command, *(item if isinstance(item, str) else "" for item in value)])
+            found |= {f"{path}.{at - 1}"} if at is not None else set()
+    return found
 
 
 def _check_program_arguments(path: str, key: str, value: Any, parent: Any, secrets: Mapping[str, str]) -> None:
@@ -250,6 +264,7 @@ def apply_references(component: Mapping[str, Any], secrets: Mapping[str, str]) -
     """
     result = copy.deepcopy(dict(component))
     found: set[str] = set()
+    shell_scripts = _shell_scripts(result.get("config"))
     for path, key, value, parent in list(walk(result.get("config"))):
         _check_key(path, key, parent)
         if path in secrets:
@@ -260,7 +275,7 @@ def apply_references(component: Mapping[str, Any], secrets: Mapping[str, str]) -
             _set(parent, key, {REFERENCE_KEY: secrets[path]})
         else:
             with _naming(f"config.{path}"):
-                _check_undeclared(path, key, value, parent)
+                _check_undeclared(path, key, value, parent, shell_runs=path in shell_scripts)
                 _check_program_arguments(path, key, value, parent, secrets)
     missing = sorted(set(secrets) - found)
     if missing:

@@ -267,13 +267,29 @@ def _env_split_string(words: list[str]) -> str | None:
 
 
 def _posix_shell_script(arguments: list[str]) -> str | None:
+    index = _posix_script_index(arguments)
+    return arguments[index] if index is not None else None
+
+
+def posix_script_at(words: list[str]) -> int | None:
+    """The index of the word a POSIX shell that ``words`` runs is given as its script (``sh -c SCRIPT``,
+    ``bash -lc SCRIPT``, ``busybox sh -c SCRIPT``, also after a wrapper), the one word of an argument list a
+    shell splits again; ``None`` when no POSIX shell is given one."""
+    index = command_word(words)
+    if index is None or _program(words[index]) not in _POSIX_SHELLS:
+        return None
+    found = _posix_script_index(words[index + 1:])
+    return index + 1 + found if found is not None else None
+
+
+def _posix_script_index(arguments: list[str]) -> int | None:
     index, given = 0, False
     while index < len(arguments) and arguments[index][:1] in "-+" and arguments[index] not in ("-", "--"):
         option = arguments[index]
         given = given or (not option.startswith("--") and "c" in option[1:])
         index += 2 if option in _POSIX_SHELL_VALUE_OPTIONS else 1
     index += arguments[index:index + 1] == ["--"]
-    return arguments[index] if given and index < len(arguments) else None
+    return index if given and index < len(arguments) else None
 
 
 def words(text: str) -> list[str]:

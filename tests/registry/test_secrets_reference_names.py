@@ -284,3 +284,30 @@ def test_a_variables_whole_value_is_judged_whole_where_no_command_follows_it(arg
     # Docker's -e value and a word the shell keeps whole are the variable's whole value: a dummy key or a
     # path at its start says nothing of the secret after it.
     assert _refused(_component(args=args)).field == f"config.{SERVER}.args.{index}"
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "index"),
+    [
+        ("env", ["OPENAI_API_KEY=EMPTY q7Rz9LmX2vPkAbC", "server"], 0),
+        ("env", ["DB_PASSWORD_FILE=/run/pw hunter2Xk", "server"], 0),
+        ("env", ["OPENAI_API_KEY=EMPTY\nq7Rz9LmX2vPkAbC", "server"], 0),
+        ("systemd-run", ["-E", "OPENAI_API_KEY=EMPTY q7Rz9LmX2vPkAbC", "server"], 1),
+        ("server", ["-c", "OPENAI_API_KEY=EMPTY q7Rz9LmX2vPkAbC"], 1),
+    ],
+)
+def test_a_variable_set_in_an_argument_no_shell_splits_is_judged_by_its_whole_value(
+    command: str, args: list[str], index: int
+) -> None:
+    component = _component(args=args)
+    component["config"]["workbench"][0]["config"]["server_params"]["command"] = command
+    assert _refused(component).field == f"config.{SERVER}.args.{index}"
+
+
+@pytest.mark.parametrize("command", ["sh", "bash", "zsh", "dash", "ash", "/bin/sh", "busybox"])
+def test_a_dummy_key_set_before_a_command_in_a_shells_script_is_judged_by_its_first_word(command: str) -> None:
+    args = ["sh", "-c", "OPENAI_API_KEY=EMPTY python client.py"] if command == "busybox" else [
+        "-lc", "OPENAI_API_KEY=EMPTY python client.py"]
+    component = _component(args=args)
+    component["config"]["workbench"][0]["config"]["server_params"]["command"] = command
+    assert apply_references(component, {}) == component
