@@ -28,6 +28,9 @@ from config_registry.errors import ScriptUnreadable
 _SEPARATORS = frozenset({";", "&&", "||", "|", "&", ";;", "\n", "(", ")", "{", "}"})
 # Characters the splitter reads as operators: the separators' and redirections' ("2>&1" stays out of them).
 _OPERATOR_CHARACTERS = ";&|<>"
+# An example of what goes in a word ("--api-key <your-key>", "<your key>"), which documentation writes where a
+# shell would read a redirection: one word, left out as an example is (what follows it is no redirection's).
+_EXAMPLE = re.compile(r"<[A-Za-z](?:[A-Za-z0-9_ -]*[A-Za-z0-9_])?>(?=[\s;&|)\"']|\Z)")
 # A backslash before an ordinary character means nothing to a POSIX shell, so one there ("C:\mysql\bin")
 # is a Windows path's, kept as written.
 _WINDOWS_BACKSLASH = re.compile(r"\\[^\s\"'$`\\]")
@@ -315,7 +318,7 @@ def split_words(text: str) -> list[str]:
 class _Splitter:
     """Reads words as a POSIX shell does: quotes, a backslash's escape and line continuation, and a
     ``$(...)``, ``${...}``, backquoted command or ``NAME=(...)`` kept whole inside its word; PowerShell's
-    ``$env:NAME = value`` read as one word."""
+    ``$env:NAME = value`` read as one word, and so is a documentation's ``<your-key>`` (:data:`_EXAMPLE`)."""
 
     def __init__(self, text: str, *, operators: bool) -> None:
         self.text, self.operators = text, operators
@@ -333,6 +336,9 @@ class _Splitter:
                 self.at += 2
             elif char.isspace():
                 self._space(char)
+            elif example := _EXAMPLE.match(text, self.at) if char == "<" and self.word is None else None:
+                self._add(example.group())
+                self.at = example.end()
             elif self.operators and char in _OPERATOR_CHARACTERS + "()" and not (char == "(" and self.word):
                 self._operator(char)
             else:

@@ -172,3 +172,23 @@ def test_a_dummy_key_in_a_header_line_is_stored_as_in_a_headers_mapping(key: str
 def test_a_key_or_a_dummy_under_a_passwords_name_in_a_header_line_is_still_refused(line: str) -> None:
     assert _refused(_component(args=["--header", line])).field == f"config.{SERVER}.args.1"
     assert _refused(_component(env={"API_KEY_HEADER": line})).field == f"config.{SERVER}.env.API_KEY_HEADER"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "OPENAI_BASE_URL=http://localhost:8000/v1 app --api-key <your-key>",
+        "RUST_LOG=info cargo run -- --api-key <KEY>",
+        "OPENAI_API_KEY=<your key> app --api-key <your key>",
+    ],
+)
+def test_an_example_placeholder_in_angle_brackets_is_left_out_in_source_env_and_args(line: str) -> None:
+    # Documentation writes <your-key> where a shell would read a redirection; its '<' is no flag's value.
+    component = _component(source=f"USAGE = {line!r}\n", env={"USAGE": line}, args=["-c", line])
+    assert apply_references(component, {}) == component
+    assert apply_references(_component(args=[line]), {}) == _component(args=[line])
+
+
+def test_a_redirection_after_a_secret_flag_still_leaves_its_key_refused() -> None:
+    line = "OPENAI_BASE_URL=http://localhost:8000/v1 app --api-key q7Rz9LmX2vPkAbC <input.txt"
+    assert _refused(_component(env={"USAGE": line})).field == f"config.{SERVER}.env.USAGE"
