@@ -66,10 +66,11 @@ _HEADER_NAME = re.compile(r"[A-Za-z]+(?:-[A-Za-z0-9]+)*")
 # A name that names a credential with "file" after it gives the path of a file that holds the credential
 # (Docker secrets' "POSTGRES_PASSWORD_FILE=/run/secrets/pg", "--password-file /run/secrets/pw"), and so does
 # one with "credentials" after it (Google's GOOGLE_APPLICATION_CREDENTIALS): a reference only when given a
-# path, since a secret put there by mistake is as easy to make as it is with the others. A credentials name
-# takes an absolute path alone (a path from the root, the home directory or a variable), since a user and
-# password pair ("scott/tiger") reads as a relative one; Google's alone takes a relative ".json" path too.
-_PATH = re.compile(r"(?:/|~/|[A-Za-z]:[\\/]|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?/)[^\s;&|<>]*")
+# path, since a secret put there by mistake is as easy to make as it is with the others: a path from the
+# root, the home directory, a variable, "./" or "../" under either; a bare relative path under a "file" name
+# only when it reads as a file's (:func:`~config_registry.placeholders.is_relative_file_path`), since a user
+# and password pair ("scott/tiger") reads as one; Google's credentials take a bare relative ".json" path too.
+_PATH = re.compile(r"(?:/|\./|\.\./|~/|[A-Za-z]:[\\/]|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?/)[^\s;&|<>]*")
 _GOOGLE_CREDENTIALS = ["google", "application", "credentials"]
 # A variable set as a shell sets it, before a command or alone ("PGPASSWORD=pw psql -h db", "env -i
 # MYSQL_PWD=pw mysql", "export PGPASSWORD=pw", Windows' "set PGPASSWORD=pw", PowerShell's
@@ -379,8 +380,8 @@ def is_reference_setting(name: str, value: str) -> bool:
     """Whether a credential's name says where the credential is rather than holding it, as its value shows:
     one whose last word is ``file`` (``POSTGRES_PASSWORD_FILE``, ``--password-file``) given a path, absolute
     or relative (:func:`_is_file_path`), as Docker secrets' convention has it; one whose last word is
-    ``credentials`` given an absolute path (:data:`_PATH`), or for Google's ``GOOGLE_APPLICATION_CREDENTIALS``
-    a relative ``.json`` one too; one whose last word is ``header`` (``API_KEY_HEADER``) given a header's name
+    ``credentials`` given an absolute path or one from "./" or "../" (:data:`_PATH`), or for Google's
+    ``GOOGLE_APPLICATION_CREDENTIALS`` a bare relative ``.json`` one too; one whose last word is ``header`` (``API_KEY_HEADER``) given a header's name
     (``X-Api-Key``), or a header line whose value is no secret's (:func:`_header_left_out`), rather than the
     credential itself."""
     words, value = name_words(name), value.strip()
@@ -395,9 +396,9 @@ def is_reference_setting(name: str, value: str) -> bool:
 
 
 def _is_file_path(value: str) -> bool:
-    """An absolute path, one from the home directory or a variable (:data:`_PATH`), or a relative one
-    (``secrets/gcp.json``, ``./run/pw``, ``pw.txt``: :func:`~config_registry.placeholders.is_relative_file_path`)
-    that holds no known key shape."""
+    """An absolute path, one from the home directory, a variable, "./" or "../" (:data:`_PATH`: ``./run/pw``),
+    or a bare relative one (``secrets/gcp.json``, ``pw.txt``:
+    :func:`~config_registry.placeholders.is_relative_file_path`) that holds no known key shape."""
     return bool(_PATH.fullmatch(value)) or (is_relative_file_path(value) and known_shape(value) is None)
 
 

@@ -46,11 +46,9 @@ FILE_EXTENSIONS = frozenset({
 })
 # ... or is one of the dot-files that hold credentials by convention (case ignored).
 DOT_FILES = frozenset({".pgpass", ".env", ".netrc", ".npmrc", ".pypirc", ".my.cnf", ".git-credentials", ".dockercfg"})
-# A relative path: a leading "./" or "../" (group 1), then segments of path characters with no space, shell
-# metacharacter or trailing slash (group 2).
-_RELATIVE_PATH = re.compile(r"((?:\.{1,2}/)*)([A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)*)")
-# A segment after "./" or "../" with no extension: lower-case words ("./run/pw"), where "./hunter2" is a password.
-_PLAIN_SEGMENT = re.compile(r"[a-z_-]+|\.{1,2}")
+# A bare relative path (one that starts with "./" or "../" is read by :mod:`config_registry.credentials`):
+# segments of path characters with no space, shell metacharacter or trailing slash.
+_RELATIVE_PATH = re.compile(r"(?!\.{1,2}/)[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)*")
 # What a segment's words are split at: the punctuation of file names.
 _WORD_PUNCTUATION = re.compile(r"[._-]+")
 
@@ -82,36 +80,27 @@ def is_dummy_key(value: str) -> bool:
 
 
 def is_relative_file_path(value: str) -> bool:
-    """Whether ``value`` reads as a relative file path (:data:`_RELATIVE_PATH`): one whose file has a known
-    extension (:data:`FILE_EXTENSIONS`) or is a known dot-file (:data:`DOT_FILES`), every word of whose
-    segments reads as a name's (:func:`_reads_as_name`), or one that starts with "./" or "../" whose segments
-    are lower-case words (:data:`_PLAIN_SEGMENT`). A password or a key with a slash or a dot in it is no path:
-    "Pa55.word", "sDX5/J.iNCBk", "correct/horse/battery/staple", "./hunter2"."""
-    path = _RELATIVE_PATH.fullmatch(value)
-    if path is None:
+    """Whether ``value`` reads as a bare relative file path (:data:`_RELATIVE_PATH`, no leading "./"): one
+    whose file has a known extension (:data:`FILE_EXTENSIONS`) or is a known dot-file (:data:`DOT_FILES`), no
+    word of whose segments looks random (:func:`_reads_as_name`). A password or a key with a slash or a dot in
+    it is no path: "Pa55.word", "sDX5/J.iNCBk", "s3cr3t/x", "hunter/2"."""
+    if _RELATIVE_PATH.fullmatch(value) is None:
         return False
-    *folders, file = path.group(2).split("/")
+    *folders, file = value.split("/")
     stem, dot, extension = file.rpartition(".")
     if file.lower() in DOT_FILES:
         return all(map(_reads_as_name, folders))
-    if dot and extension.lower() in FILE_EXTENSIONS:
-        return all(map(_reads_as_name, [*folders, stem]))
-    return bool(path.group(1)) and all(_PLAIN_SEGMENT.fullmatch(segment) for segment in [*folders, file])
+    return bool(dot) and extension.lower() in FILE_EXTENSIONS and all(map(_reads_as_name, [*folders, stem]))
 
 
 def _reads_as_name(segment: str) -> bool:
-    """Whether each word of a path's segment is a name's rather than a password's or a key's: digits alone
-    ("2024") or letters alone in one case or capitalised ("gcp", "GCP", "Prod"), shorter than 24; not a digit
-    mixed into letters ("Pa55", "v1") nor a capital inside a word ("wJalrXUtnFEMI")."""
+    """Whether no word of a path's segment looks random: 24 characters or more, or 8 or more mixing letters
+    and digits ("hunter2Xk9", where "k8s", "v2" and "3f2a1b" are names)."""
     for word in _WORD_PUNCTUATION.split(segment):
-        if len(word) >= 24 or not (word.isdigit() or _one_case(word)):
+        mixed = any(c.isdigit() for c in word) and any(c.isalpha() for c in word)
+        if len(word) >= 24 or (len(word) >= 8 and mixed):
             return False
     return True
-
-
-def _one_case(word: str) -> bool:
-    """Letters alone, in lower case, in upper case, or capitalised."""
-    return not word or (word.isalpha() and (word.islower() or word.isupper() or word.istitle()))
 
 
 def left_out(value: str) -> bool:

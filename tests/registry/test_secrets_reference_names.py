@@ -195,6 +195,35 @@ def test_a_relative_path_given_for_a_credentials_file_is_stored() -> None:
     assert apply_references(component, {}) == component
 
 
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("FIREBASE_CREDENTIALS", "./firebase.json"),
+        ("GOOGLE_CREDENTIALS", "./sa.json"),
+        ("DB_CREDENTIALS", "../creds/sa.json"),
+        ("DB_PASSWORD_FILE", "./Secrets/pw"),
+        ("DB_PASSWORD_FILE", "./run/pg14"),
+        ("DB_PASSWORD_FILE", "../secrets/POSTGRES_PASSWORD"),
+        ("DB_PASSWORD_FILE", "./secrets/db.password"),
+        ("DB_PASSWORD_FILE", "./secrets/db_password_v2"),
+        ("DB_PASSWORD_FILE", "../.secrets/pw"),
+        ("GOOGLE_APPLICATION_CREDENTIALS", "./keys/my-project-3f2a1b.json"),
+        ("GOOGLE_APPLICATION_CREDENTIALS", "./gcp-sa-key-v1.json"),
+    ],
+)
+def test_a_path_from_the_current_or_the_parent_folder_is_stored_under_a_file_or_a_credentials_name(
+    name: str, value: str
+) -> None:
+    component = _component(env={name: value}, args=[f"--{name.lower().replace('_', '-')}", value])
+    assert apply_references(component, {}) == component
+
+
+@pytest.mark.parametrize("value", ["keys/my-project-3f2a1b.json", "k8s/sa.json", "secrets/v2/sa.json"])
+def test_a_bare_relative_path_whose_words_do_not_look_random_is_stored(value: str) -> None:
+    component = _component(env={"GOOGLE_APPLICATION_CREDENTIALS": value, "DB_PASSWORD_FILE": value})
+    assert apply_references(component, {}) == component
+
+
 @pytest.mark.parametrize("value", ["gcp.json", "gcp.JSON", "gcp.Json", "/run/secrets/gcp.json", "~/.config/gcp.json"])
 def test_googles_credentials_take_a_json_path_whatever_the_case_of_its_extension(value: str) -> None:
     component = _component(env={"GOOGLE_APPLICATION_CREDENTIALS": value})
@@ -206,7 +235,7 @@ def test_googles_credentials_take_a_json_path_whatever_the_case_of_its_extension
     ["hunter2-Xk9!pq", "hunter2SECRET9/pq", "keys/hunter2Xk9pqLm.txt", "hunter2.Xk9", "run/pw;hunter2", "hunter2 pw.txt",
      # a password or a key with a dot or a slash in it: no known extension, a digit in a word, a capital inside one
      "Pa55.word", "P4ss.w0rd", "sDX5/J.iNCBk", "correct/horse/battery/staple", "s3cr3t/x", "my.password", "hunter/2",
-     "./hunter2", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "Hunter.Pass", "Summer2024.txt", "../Hunter2"],
+     "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "Hunter.Pass", "Summer2024.txt"],
 )
 def test_a_secret_under_a_file_name_is_refused_though_it_has_a_slash_or_a_dot(value: str) -> None:
     assert _refused(_component(env={"DB_PASSWORD_FILE": value})).field == f"config.{SERVER}.env.DB_PASSWORD_FILE"
