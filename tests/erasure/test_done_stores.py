@@ -6,6 +6,7 @@ into the first meanwhile was never listed again, and the request completed with 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -471,6 +472,27 @@ async def test_a_delete_refused_in_a_store_a_hold_kept_versions_in_says_to_rerun
     assert receipt.status is RequestStatus.RETAINED_UNDER_HOLD, receipt
     assert (transcripts.counts.objects, transcripts.counts.retained) == (5, 1)
     assert await locked.list_keys(subject_prefix(subject)) == [f"{subject_prefix(subject)}sessions/s0/runs/r0.jsonl.gz"]
+    await locked.close()
+    await moved.close()
+
+
+async def test_a_refused_delete_in_a_held_store_logs_no_given_request_id_though_its_fix_names_it(
+    engine: AsyncEngine, s3_env: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The fix names the rerun's --request-id; the receipt keeps it, but a log line (shipped off the host, kept past
+    the erasure) carries the error's message without its fix."""
+    given = "gdpr-canary-held-5e1d@example.com"  # an id an operator gave, holding (as one may) an email
+    _, locked, moved, subject, _ = await _held_pass(engine, given)
+    await locked.put(f"{subject_prefix(subject)}{RESTORED}", b"restored transcript")
+    _refuse_deleting_r9(monkeypatch)
+    caplog.set_level(logging.DEBUG)  # every logger
+
+    failed = await coordinator(engine, moved).run(USER, request_id=given)
+
+    assert f"the same --request-id {given}" in (failed.stores["transcripts"].detail or ""), failed
+    said = [f"{r.getMessage()} {r.msg!r} {r.args!r}" for r in caplog.records]
+    assert any("step transcripts failed" in line for line in said), said
+    assert not [line for line in said if "canary-held" in line]
     await locked.close()
     await moved.close()
 

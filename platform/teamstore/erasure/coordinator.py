@@ -199,7 +199,7 @@ class DeletionCoordinator:
                 await record.end_attempt(self.engine, row.request_id, attempt)
             except StoreUnavailable as exc:  # the error being raised says more; this one is only logged
                 log.warning("erasure %s: could not record the end of attempt %d: %s", self._named(row.request_id),
-                            attempt, exc)
+                            attempt, exc.message)
             raise
 
     async def _finished(self, row: requests.RequestRow, user_id: str) -> Receipt | None:
@@ -244,7 +244,8 @@ class DeletionCoordinator:
                     log.error("erasure %s: lost its lease to another coordinator", self._named(request_id))
                     return  # the next step boundary notices and stops
             except TeamstoreError as exc:  # the steps meet the same database and fail with their own error
-                log.warning("erasure %s: could not renew the lease; retrying: %s", self._named(request_id), exc)
+                log.warning("erasure %s: could not renew the lease; retrying: %s", self._named(request_id),
+                            exc.message)
 
     async def status(self, request_id: str) -> Receipt:
         """The stored receipt of a request, or its progress so far if it is still open.
@@ -392,7 +393,9 @@ class DeletionCoordinator:
         except (ErasureConflict, TranscriptStoreMismatch):
             raise  # taken over, or another store to empty first: the request stays open, nothing more recorded
         except TeamstoreError as exc:
-            log.error("erasure %s: step %s failed: %s", self._named(ctx.request_id), step.name, exc)
+            # The message alone: a fix may name the rerun's --request-id, which the log never holds (the receipt
+            # and the operator's console do).
+            log.error("erasure %s: step %s failed: %s", self._named(ctx.request_id), step.name, exc.message)
             recorded = (await record.load_steps(self.engine, ctx.request_id)).get(step.name) or prior
             counts = recorded.counts if recorded is not None else Counts()
             result = StoreResult(status=StepStatus.FAILED, counts=counts, detail=str(exc))

@@ -250,4 +250,5 @@ class ExportCoordinator:
         try:
             await requests.fail_export(self.engine, export_id, detail)
         except StoreUnavailable as recording:
-            log.warning("export %s: could not record its failure: %s", log_name(export_id, self._log_key), recording)
+            log.warning("export %s: could not record its failure: %s", log_name(export_id, self._log_key),
+                        recording.message)
