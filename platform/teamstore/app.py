@@ -31,6 +31,7 @@ from teamstore.settings import Settings
 # Each piece's modules are imported when the piece is first built: a command that reads the ledger does
 # not import AutoGen, boto3 or OpenTelemetry's exporters, and `teamstore --help` imports none of this.
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from datetime import datetime
 
     from opentelemetry.sdk.metrics import MeterProvider
@@ -217,13 +218,14 @@ class App:
             memory=self.memory_store, on_close=self.aclose, create_tables=not self.must_exist,
         )
 
-    def erasure(self, progress: Progress | None = None, notice: Notice | None = None) -> DeletionCoordinator:
+    def erasure(self, progress: Progress | None = None, notice: Notice | None = None,
+                opened: Callable[[str], None] | None = None) -> DeletionCoordinator:
         """The deletion coordinator over the database, the transcript store and the users' keys; ``progress`` and
-        ``notice`` hear how its steps advance and what it waits for."""
+        ``notice`` hear how its steps advance and what it waits for, ``opened`` the id of the request it opens."""
         from teamstore.erasure.coordinator import DeletionCoordinator
 
         return DeletionCoordinator(self.engine, self.transcript_store, self.settings, progress=progress,
-                                   keys=self.keys, notice=notice)
+                                   keys=self.keys, notice=notice, opened=opened)
 
     async def forget_quiet_users(self, now: datetime) -> tuple[int, int] | None:
         """Forget the users nothing is left of (:func:`teamstore.erasure.quiet.forget_quiet_users`), under the

@@ -185,6 +185,22 @@ def test_an_erasure_given_no_request_id_names_the_one_it_made_before_its_first_s
     assert "no --request-id was given" not in done.stderr  # the operator gave this one
 
 
+def test_an_erasure_refused_for_another_request_open_for_the_user_names_no_id_it_made_for_a_request_never_opened(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _populate("lee")
+    monkeypatch.setenv("TEAMSTORE_ERASURE_SESSION_WAIT_SECONDS", "0.5")
+    failed = asyncio.run(_while_a_session_is_open("lee", "erase", "--user", "lee", "--request-id", "req-first",
+                                                  "--yes", "--json"))
+    assert failed.exit_code == 2, failed.output
+
+    refused = cli("erase", "--user", "lee", "--yes", "--json")
+
+    assert refused.exit_code == 1 and "another erasure request (req-first) is open" in refused.stderr, refused.output
+    assert "no --request-id was given" not in refused.stderr and "er-" not in refused.stderr, refused.stderr
+    assert [r["request_id"] for r in _requests()] == ["req-first"]
+
+
 def test_an_erasure_given_a_request_id_is_named_in_the_logs_status_and_list_by_the_same_fingerprint(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -37,12 +37,13 @@ NO_MATCH = 3
 
 def with_coordinator(
     fn: Callable[[DeletionCoordinator], Awaitable[T]], progress: Callable[[str, int, int | None], None] | None,
-    notice: Callable[[str], None] | None = None,
+    notice: Callable[[str], None] | None = None, opened: Callable[[str], None] | None = None,
 ) -> T:
-    """Run ``fn`` with the deletion coordinator (``progress``: each step's, ``notice``: what it waits for)."""
+    """Run ``fn`` with the deletion coordinator (``progress``: each step's, ``notice``: what it waits for,
+    ``opened``: the id of the request it opens)."""
     # Every request is about what is stored: on a database that does not exist yet (a mistyped
     # TEAMSTORE_HOME, say), an erasure would find nothing and file a receipt saying so.
-    return with_app(lambda app: fn(app.erasure(progress, notice)), must_exist=True)
+    return with_app(lambda app: fn(app.erasure(progress, notice, opened)), must_exist=True)
 
 
 def render(receipt: Receipt, out: Console = console) -> None:

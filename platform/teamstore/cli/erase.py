@@ -13,8 +13,8 @@ key) (the request ``completed``); 3: no store held anything for the id (``no_mat
 ``retained_under_hold`` request (and, for ``status``, one still ``open``), which rerunning the same
 ``--request-id`` resumes; 1: an error before the request ran; 130 (143 on SIGTERM, 129 on SIGHUP): stopped,
 its lease given back (it says where the request stands and the command that resumes it). Given no
-``--request-id``, it names the id it made on stderr before the first step, with that command: a run killed
-outright says nothing on its way out. Before each wait (the fence grace, the workers' cached data keys) it
+``--request-id``, it names the id it made on stderr once the request is opened, before the first step, with
+that command: a run killed outright says nothing on its way out. Before each wait (the fence grace, the workers' cached data keys) it
 says on stderr what it waits for and how long.
 
 This module holds the erasure and ``status``; the desk's ``list`` and ``extend`` are
@@ -118,11 +118,11 @@ def erase(
     asked = not dry_run and not yes
     # names any near twin itself, and what a rerun keeps, before it asks
     noted = _confirm(user, request_id, reason, requested_by) if asked else False
-    if request_id is None and not dry_run:  # made here, not by the run: a stop must be able to name it
+    made = request_id is None and not dry_run
+    if made:  # made here, not by the run: a stop must be able to name it
         from teamstore.erasure.requests import new_request_id
 
         request_id = new_request_id()
-        _say_made(request_id, yes)
     # SIGTERM (a job cancelled, `kill`) and SIGHUP (the ssh session dropped) too: the request's lease is given
     # back on the way out, so a rerun resumes at once instead of being refused until the lease expires.
     with stopped_as_on_ctrl_c() as stop:
@@ -131,7 +131,7 @@ def erase(
                           console=err_console, transient=True, disable=not err_console.is_terminal) as bar:
                 receipt = with_coordinator(lambda c: c.run(user, request_id, reason, dry_run,
                                                             requested_by=requested_by, operator=operator),
-                                            _Bars(bar), _say)
+                                            _Bars(bar), _say, (lambda rid: _say_made(rid, yes)) if made else None)
         except KeyboardInterrupt:
             if dry_run or request_id is None:
                 interrupted("the dry run was stopped; a dry run changes nothing", "run it again", stop.code)
@@ -175,8 +175,9 @@ def _rerun(request_id: str, yes: bool) -> str:
 
 
 def _say_made(request_id: str, yes: bool) -> None:
-    """Name the request id teamstore made, on stderr before the first step: a run killed outright (a lost
-    terminal, SIGKILL) can say nothing on its way out, and the operator needs the id to resume it."""
+    """Name the request id teamstore made, on stderr once the request is opened and before its first step: a run
+    killed outright (a lost terminal, SIGKILL) can say nothing on its way out, and the operator needs the id to
+    resume it. Not before: a request refused (another one open for the user) never exists."""
     err_console.print(f"erasure request {plain(request_id)} (no --request-id was given); if this run stops before it "
                       f"finishes, resume it: {plain(_rerun(request_id, yes))}; after a kill, once its lease has run "
                       "out (TEAMSTORE_ERASURE_LEASE_SECONDS)", soft_wrap=True)

@@ -84,6 +84,9 @@ class DeletionCoordinator:
         knobs: Erasure settings; ``ErasureSettings()`` (the environment) by default.
         progress: Called as steps advance (the CLI draws a progress bar with it).
         notice: Called before each wait with a line saying what for and how long (the CLI prints it on stderr).
+        opened: Called with the request's id once it is opened (filed, or found open to resume), before its first
+            step: a refused request (another one open for the user, say) never calls it. The CLI names the id it
+            made with it, so that a run killed outright can be resumed.
         after_step: Called with each step's name once its result is recorded (tests inject crashes here).
         keys: Users' data keys (the key step destroys the user's); by default the service ``settings`` describe.
     """
@@ -99,6 +102,7 @@ class DeletionCoordinator:
         after_step: Callable[[str], None] | None = None,
         keys: KeyService | None = None,
         notice: Notice | None = None,
+        opened: Callable[[str], None] | None = None,
     ) -> None:
         self.engine = engine
         self.transcripts = transcripts
@@ -106,6 +110,7 @@ class DeletionCoordinator:
         self.knobs = knobs or ErasureSettings()
         self.progress = progress
         self.notice = notice
+        self.opened = opened
         self.after_step = after_step
         self.keys = keys or KeyService.from_settings(engine, self.settings)
         self.steps: list[Step] = build_steps()
@@ -172,6 +177,8 @@ class DeletionCoordinator:
                                           hashes=await requests.user_hashes(self.engine, self.knobs, user_id))
         if (finished := await self._finished(row, user_id)) is not None:
             return finished
+        if self.opened is not None:
+            self.opened(rid)
         owner = f"{socket.gethostname()[:24]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         if not await requests.claim(self.engine, rid, owner, self.knobs.lease_seconds):
             raise _busy(rid)
