@@ -97,10 +97,11 @@ def log_name(given: str, key: str) -> str:
 
     Args:
         given: The request's (or export's) id, as stored.
-        key: The database's own id (:func:`teamstore.db.identity.database_id`). Keyed, because an id such as
-            ``gdpr-<email>`` is guessable and an unkeyed hash of it would confirm a guess to anyone reading the
-            logs; keyed by the database's id rather than ``TEAMSTORE_ERASURE_HASH_KEY``, because that key is
-            rotated and a log line must keep naming its request (a restore keeps the database's id).
+        key: The database's secret for it (:func:`teamstore.db.identity.log_name_key`). Keyed, because an id
+            such as ``gdpr-<email>`` is guessable and an unkeyed hash of it would confirm a guess to anyone
+            reading the logs; by a key of its own, never printed: the database's id is printed and published (a
+            transcript folder's marker, KMS keys' tags), and ``TEAMSTORE_ERASURE_HASH_KEY`` is rotated, while a
+            log line must keep naming its request (a restore keeps the key: it is in the database).
 
     Returns:
         The name, which holds nothing given.

@@ -8,16 +8,18 @@ import logging
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.subjects import get_or_create_subject
 from teamstore.audit.transcripts.base import subject_prefix
 from teamstore.audit.transcripts.local import LocalTranscriptStore
-from teamstore.db.identity import database_id
+from teamstore.db.identity import LOG_NAME_KEY, database_id, log_name_key
 from teamstore.erasure import RequestStatus
 from teamstore.erasure.desk import list_requests
 from teamstore.errors import TranscriptUnavailable
 from teamstore.ids import log_name
+from teamstore.state.schema import store_settings
 from tests.erasure.conftest import coordinator
 
 GIVEN = "gdpr-canary-7f3a@example.com"
@@ -59,7 +61,7 @@ async def test_no_log_record_of_an_erasure_run_holds_an_id_the_operator_gave_and
     assert not leaked, leaked
     named = done.logged_as
     assert named is not None and named.startswith("request#") and len(named) == len("request#") + 10
-    assert failed.logged_as == named == log_name(GIVEN, await database_id(engine))  # stable across runs
+    assert failed.logged_as == named == log_name(GIVEN, await log_name_key(engine))  # stable across runs
     assert any(f"erasure {named}: step transcripts failed" in line for line in said), said
     assert any(f"erasure {named} finished: completed" in line for line in said), said
     # Where the operator looks the log line's name up: the receipt `erase status` prints, and `erase list`.
@@ -89,3 +91,18 @@ def test_a_fingerprint_differs_by_key_and_by_id_and_only_teamstore_shaped_ids_ar
     assert log_name("ex-" + "0a" * 12, "a") == "ex-" + "0a" * 12  # an export's id (teamstore's only)
     assert log_name("er-" + "0A" * 12, "a").startswith("request#")  # not teamstore's shape: it was typed
     assert log_name("er-\udcff", "a").startswith("request#")  # undecodable bytes an earlier release stored
+
+
+async def test_a_fingerprint_is_keyed_by_a_secret_the_migrated_database_holds_not_by_its_published_id(
+    engine: AsyncEngine, tmp_path: Path,
+) -> None:
+    """The database's id is printed by commands and held by a transcript folder's marker and KMS keys' tags: keyed
+    by it, a guessed request id could be tested against a log line."""
+    async with engine.connect() as conn:  # made by the upgrade, before any erasure asks: a status check writes none
+        stored = await conn.scalar(select(store_settings.c.value).where(store_settings.c.name == LOG_NAME_KEY))
+    await get_or_create_subject(engine, "kai")
+
+    done = await coordinator(engine, LocalTranscriptStore(tmp_path / "t")).run("kai", request_id=GIVEN)
+
+    assert stored is not None and stored == await log_name_key(engine) != await database_id(engine)
+    assert done.logged_as == log_name(GIVEN, stored) != log_name(GIVEN, await database_id(engine))

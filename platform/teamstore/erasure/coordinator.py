@@ -35,7 +35,7 @@ from teamstore.audit.subjects import find_subject
 from teamstore.audit.transcripts.base import TranscriptStore
 from teamstore.db.clock import database_now
 from teamstore.db.engine import empty_sqlite_log
-from teamstore.db.identity import database_id
+from teamstore.db.identity import log_name_key
 from teamstore.erasure import record, requests
 from teamstore.erasure.receipt import (
     DONE,
@@ -114,7 +114,7 @@ class DeletionCoordinator:
         self.after_step = after_step
         self.keys = keys or KeyService.from_settings(engine, self.settings)
         self.steps: list[Step] = build_steps()
-        self._log_key: str | None = None  # the database's id, read once: it keys how log lines name a request
+        self._log_key: str | None = None  # read once: it keys how log lines name a request
 
     async def run(
         self, user_id: str, request_id: str | None = None, reason: str | None = None, dry_run: bool = False,
@@ -272,13 +272,13 @@ class DeletionCoordinator:
                                                 attempts=await record.load_attempts(self.engine, request_id)))
 
     async def _log_name_key(self) -> str:
-        """The key of :func:`teamstore.ids.log_name`: the database's own id, read once.
+        """The key of :func:`teamstore.ids.log_name` (:func:`teamstore.db.identity.log_name_key`), read once.
 
         Raises:
             StoreUnavailable: The database could not be reached.
         """
         if self._log_key is None:
-            self._log_key = await database_id(self.engine)
+            self._log_key = await log_name_key(self.engine)
         return self._log_key
 
     def _named(self, request_id: str) -> str:

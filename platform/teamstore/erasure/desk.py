@@ -30,7 +30,7 @@ from sqlalchemy import ColumnElement, FromClause, and_, false, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.db.clock import database_now, shared_now
-from teamstore.db.identity import database_id
+from teamstore.db.identity import log_name_key
 from teamstore.erasure import requests
 from teamstore.erasure.receipt import FINISHED, Extension, RequestStatus
 from teamstore.erasure.schema import erasure_attempts, erasure_requests
@@ -142,7 +142,7 @@ async def list_requests(
     operators: dict[str, list[str]] = {}
     for request_id, operator in ran:
         operators.setdefault(request_id, []).append(operator)
-    key = await database_id(engine)
+    key = await log_name_key(engine)
     return [_summary(row._mapping, operators.get(row.request_id, []), now, key) for row in rows]
 
 

@@ -34,7 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from teamstore.audit.prices import PriceTable
 from teamstore.audit.subjects import lookup_subject
 from teamstore.audit.transcripts.base import TranscriptStore
-from teamstore.db.identity import database_id
+from teamstore.db.identity import log_name_key
 from teamstore.errors import ExportError, ExportFailed, StoreUnavailable, TeamstoreError
 from teamstore.export import requests
 from teamstore.export.archive import Writable, open_archive
@@ -126,7 +126,7 @@ class ExportCoordinator:
         self.engine, self.transcripts, self.exporters, self.prices = engine, transcripts, list(exporters), prices
         self.keys = keys or KeyService.from_settings(engine)
         self.keep_out = list(keep_out)
-        self._log_key = ""  # the database's id (read as a run begins): it keys how log lines name an export
+        self._log_key = ""  # read as a run begins: it keys how log lines name an export
 
     async def run(self, user_id: str, output: Path | None = None, *, requested_by: str | None = None,
                   operator: str | None = None) -> Exported:
@@ -156,7 +156,7 @@ class ExportCoordinator:
         check_not_naming("requested_by", check_person("requested_by", requested_by), user_id)
         ran_by = current_operator(operator)
         await check_stored_if_unusable(self.engine, user_id)  # before a record or an archive is begun
-        self._log_key = self._log_key or await database_id(self.engine)  # read while the database answers
+        self._log_key = self._log_key or await log_name_key(self.engine)  # read while the database answers
         export_id = requests.new_export_id()
         archive = open_archive(output or Path(f"teamstore-export-{export_id}.zip"), self.keep_out)
         finished = False
