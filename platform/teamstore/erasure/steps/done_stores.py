@@ -330,11 +330,13 @@ def _grown(part: StoreResult | None, found: Counts, holding: Kept, held_before: 
 def _freed(found: Counts, freed: int, held_before: Counts | None, held_now: Counts) -> Counts:
     """Of ``found``, the ``freed`` versions a hold kept at the last pass (counted then): what the held versions
     then exceed those held now by, exactly, when that pass recorded them apart; else (a part an earlier release
-    recorded) each of an object, their bytes a share of what was found."""
+    recorded) each of an object, their bytes a share of what was found. Either way as many objects as versions
+    freed, as the part's count took them: what is found free is a subset of that count."""
     if not freed or not found.versions:
         return Counts()
     if held_before is not None:
-        return _beyond(held_before, held_now).model_copy(update={"retained": 0, "unreadable": 0})
+        gone = _beyond(held_before, held_now)
+        return Counts(versions=gone.versions, objects=freed, bytes=gone.bytes)
     left = max(0, found.versions - freed)
     return Counts(versions=freed, objects=freed, bytes=found.bytes - found.bytes * left // found.versions)
 
