@@ -546,13 +546,13 @@ async def test_a_request_cancelled_while_the_last_runs_audit_is_written_loses_no
 
 
 @pytest.mark.parametrize(("endpoint", "recorded"), [
-    ("https://s3.us-east-1.amazonaws.com", None),
-    ("https://bucket.vpce-0a1b.s3.eu-west-1.vpce.amazonaws.com/", None),
+    ("https://s3.us-east-1.amazonaws.com", "aws"),  # not none: that is a record from before 0029, unknown
+    ("https://bucket.vpce-0a1b.s3.eu-west-1.vpce.amazonaws.com/", "aws"),
     ("http://key:secret@minio:9000/", "http://minio:9000"),
     ("HTTP://MinIO:9000", "http://minio:9000"),
     ("http://[::1]:9000", "http://[::1]:9000"),
 ])
-def test_a_store_s_endpoint_is_recorded_without_credentials_and_none_for_aws_own(
-    endpoint: str, recorded: str | None
+def test_a_store_s_endpoint_is_recorded_without_credentials_and_as_aws_for_aws_own(
+    endpoint: str, recorded: str
 ) -> None:
     assert recorded_endpoint(endpoint) == recorded

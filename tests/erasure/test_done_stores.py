@@ -216,7 +216,7 @@ async def test_a_done_bucket_written_at_another_s3_endpoint_is_reported_as_not_r
 
     assert receipt.status is RequestStatus.COMPLETED, receipt
     assert f"{first.url} (not reachable here: it was written at the S3 endpoint {elsewhere} and this erasure talks to " \
-        f"the S3 endpoint {s3_env}; a pass with AWS_ENDPOINT_URL_S3 set to {elsewhere} reaches it)" in (
+        f"the S3 endpoint {s3_env}; a pass with AWS_ENDPOINT_URL_S3={elsewhere} reaches it)" in (
             receipt.stores["transcripts"].detail or "")
     assert receipt.stores["transcripts"].counts.objects == 3  # the restored copy was never listed
     assert await first.list_keys(subject_prefix(subject)) == [f"{subject_prefix(subject)}{RESTORED}"]

@@ -59,8 +59,8 @@ subject_stores = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     # Set by an erasure that emptied this store of the subject while another store still held some.
     Column("erased_at", DateTime(timezone=True), nullable=True),
-    # The S3 endpoint the store was reached at (migration 0029): NULL for AWS's own, a folder, or a record from
-    # before endpoints were recorded (read as AWS's own too). Never a user or password.
+    # The S3 endpoint the store was reached at (migration 0029): 'aws' for AWS's own; NULL for a folder, or a
+    # record from before endpoints were recorded (unknown). Never a user or password.
     Column("endpoint", Text, nullable=True),
     PrimaryKeyConstraint("subject_key", "store"),
 )

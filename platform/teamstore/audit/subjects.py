@@ -189,10 +189,11 @@ async def record_store(engine: AsyncEngine, subject_key: str, store: str, *, end
         subject_key: The subject.
         store: The store's ``url`` (``s3://bucket/prefix``, or a folder's resolved ``file://`` URL).
         endpoint: The endpoint the store is reached at (:func:`teamstore.audit.transcripts.store_endpoint`):
-            ``None`` for a folder or AWS's own S3.
+            ``"aws"`` for AWS's own S3, ``None`` for a folder.
         erasing: The subject's erasure records the store it empties, for its own rerun, also after an earlier
             attempt deleted the mapping; and the endpoint it reached it at, where a record from before endpoints
-            were recorded (migration 0029) has none.
+            were recorded (migration 0029) has none. A known endpoint is never overwritten, by a pass nor by a
+            writer (a writer's store recorded already keeps its record).
 
     Raises:
         ErasureInProgress: The subject's mapping is gone (an erasure deleted it): write no transcript there.
@@ -235,8 +236,8 @@ async def recorded_stores(engine: AsyncEngine, subject_key: str) -> dict[str, bo
 
 
 async def recorded_endpoints(engine: AsyncEngine, subject_key: str) -> dict[str, str | None]:
-    """The endpoint every store recorded for the subject was reached at: ``None`` for a folder, AWS's own S3, or a
-    record from before endpoints were recorded (migration 0029), which reads as AWS's own.
+    """The endpoint every store recorded for the subject was reached at (``"aws"`` for AWS's own S3): ``None`` for
+    a folder, or a record from before endpoints were recorded (migration 0029), unknown.
 
     Raises:
         StoreUnavailable: The database could not be reached.

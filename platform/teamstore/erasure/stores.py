@@ -26,6 +26,7 @@ from teamstore.audit.subjects import recorded_endpoints, recorded_stores
 from teamstore.audit.transcripts import store_endpoint
 from teamstore.audit.transcripts.base import subject_prefix
 from teamstore.audit.transcripts.capabilities import holds_any, missing_here
+from teamstore.audit.transcripts.s3_client import AWS_OWN
 from teamstore.db.clock import shared_later
 from teamstore.db.engine import describe_failure
 from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
@@ -185,7 +186,7 @@ async def mismatch(ctx: StepContext, stores: list[str], why: str) -> TranscriptS
     """
     names = " and ".join(stores)
     recorded = (await recorded_endpoints(ctx.engine, ctx.subject_key)).get(stores[0]) if ctx.subject_key else None
-    at = f"AWS_ENDPOINT_URL_S3={recorded}, " if recorded not in (None, store_endpoint(ctx.transcripts)) else ""
+    at = f"{endpoint_setting(recorded)}, " if recorded not in (None, store_endpoint(ctx.transcripts)) else ""
     return TranscriptStoreMismatch(
         f"this user's transcripts were written to {names}; {why}. {what_stays(ctx)}",
         hint=f"run erase with {at}TEAMSTORE_TRANSCRIPTS_URL={stores[0]} and {same_request(ctx)}",
@@ -220,3 +221,13 @@ async def _unrecorded_runs(ctx: StepContext, retention_days: int) -> int:
             f"could not count the user's runs in the ledger: {describe_failure(exc)}",
             hint="check the database, run `teamstore db upgrade`, then rerun the same request id",
         ) from exc
+
+
+def endpoint_setting(endpoint: str | None) -> str:
+    """The setting that makes a pass's S3 client talk to ``endpoint`` (as recorded, ``"aws"`` for AWS's own)."""
+    return "AWS_ENDPOINT_URL_S3 unset" if endpoint in (None, AWS_OWN) else f"AWS_ENDPOINT_URL_S3={endpoint}"
+
+
+def described(endpoint: str | None) -> str:
+    """``endpoint`` (as recorded) in words."""
+    return "AWS's own S3 endpoint" if endpoint in (None, AWS_OWN) else f"the S3 endpoint {endpoint}"

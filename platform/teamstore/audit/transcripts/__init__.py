@@ -114,8 +114,8 @@ def store_beside(store: TranscriptStore, url: str) -> TranscriptStore | None:
 
 
 def store_endpoint(store: TranscriptStore) -> str | None:
-    """The endpoint ``store`` is reached at, recorded with it (:data:`Capability.SIBLINGS`' ``endpoint``): ``None``
-    for a folder, and for S3 on AWS's own endpoint."""
+    """The endpoint ``store`` is reached at, recorded with it (:data:`Capability.SIBLINGS`' ``endpoint``, ``"aws"``
+    for AWS's own S3): ``None`` for a folder, reached at no endpoint."""
     siblings = capability(store, Capability.SIBLINGS)
     return siblings.endpoint if siblings is not None else None
 

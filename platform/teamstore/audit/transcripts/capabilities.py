@@ -215,8 +215,8 @@ class Siblings(Protocol):
 
     @property
     def endpoint(self) -> str | None:
-        """The endpoint the client talks to, as recorded with each store it reaches (``None``: the kind's
-        default, AWS's own for S3); a store of another endpoint is none of its siblings."""
+        """The endpoint the client talks to, as recorded with each store it reaches (for S3, ``"aws"`` for
+        AWS's own); a store of another endpoint is none of its siblings."""
 
     def sibling(self, url: str) -> TranscriptStore | None:
         """The store ``url`` names, through this store's client; ``None`` when ``url`` is not of this kind (or

@@ -137,7 +137,7 @@ class S3TranscriptStore:
         return cls(make_client(**client_options), parsed.netloc, parsed.path)  # type: ignore[arg-type]
 
     @property
-    def endpoint(self) -> str | None:
+    def endpoint(self) -> str:
         """The endpoint this store's client talks to, as recorded with the store (:func:`recorded_endpoint`)."""
         return recorded_endpoint(str(self.client.meta.endpoint_url))
 

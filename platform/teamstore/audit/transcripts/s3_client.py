@@ -124,14 +124,19 @@ def make_client(connect_timeout: float = 2.0, read_timeout: float = 5.0, max_att
     return client
 
 
-def recorded_endpoint(url: str) -> str | None:
-    """The endpoint a client talks to, as recorded with the stores it reaches: ``None`` for AWS's own (any
-    ``amazonaws.com`` host: one namespace of buckets, whichever region or endpoint of it), else its scheme, host and
-    port, never a user or password the URL carries (credentials come from the ``AWS_*`` variables)."""
+AWS_OWN = "aws"
+"""The endpoint recorded for a store on AWS's own S3 (any ``amazonaws.com`` host: one namespace of buckets); a
+record with none is from before endpoints were recorded (migration 0029), or of a folder."""
+
+
+def recorded_endpoint(url: str) -> str:
+    """The endpoint a client talks to, as recorded with the stores it reaches: :data:`AWS_OWN` for AWS's own, else
+    its scheme, host and port, never a user or password the URL carries (credentials come from the ``AWS_*``
+    variables)."""
     parts = urlsplit(url)
     host = (parts.hostname or "").lower()
     if host == "amazonaws.com" or host.endswith((".amazonaws.com", ".amazonaws.com.cn")):
-        return None
+        return AWS_OWN
     host = f"[{host}]" if ":" in host else host
     return f"{parts.scheme.lower()}://{host}{f':{parts.port}' if parts.port else ''}{parts.path.rstrip('/')}"
 

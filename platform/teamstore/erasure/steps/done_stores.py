@@ -39,6 +39,8 @@ from teamstore.erasure.stores import (
     EARLIER,
     HELD,
     TRANSCRIPTS,
+    described,
+    endpoint_setting,
     held_versions,
     mismatch,
     pending_stores,
@@ -192,19 +194,15 @@ async def _reached(ctx: StepContext, url: str) -> TranscriptStore | str:
 
 async def _elsewhere(ctx: StepContext, url: str, store: TranscriptStore) -> str | None:
     """Why ``store`` (``url``, reached through this erasure's client) is not reachable here: recorded at another
-    endpoint than the client talks to, where a bucket of its name, if any, is another one. None when it is not."""
+    endpoint than the client talks to, where a bucket of its name, if any, is another one. None when it is not, or
+    its endpoint is unknown (recorded before migration 0029): such a store is reached through this pass's client."""
     if store is ctx.transcripts or capability(store, Capability.SIBLINGS) is None:
         return None
     recorded, ours = (await recorded_endpoints(ctx.engine, _subject(ctx))).get(url), store_endpoint(ctx.transcripts)
-    if recorded == ours:
+    if recorded is None or recorded == ours:
         return None
-    return (f"not reachable here: it was written at {_endpoint(recorded)} and this erasure talks to "
-            f"{_endpoint(ours)}; a pass with AWS_ENDPOINT_URL_S3 {f'set to {recorded}' if recorded else 'unset'} "
-            "reaches it")
-
-
-def _endpoint(endpoint: str | None) -> str:
-    return f"the S3 endpoint {endpoint}" if endpoint else "AWS's own S3 endpoint (or before endpoints were recorded)"
+    return (f"not reachable here: it was written at {described(recorded)} and this erasure talks to "
+            f"{described(ours)}; a pass with {endpoint_setting(recorded)} reaches it")
 
 
 async def _left_unlisted(ctx: StepContext, url: str, part: StoreResult | None, why: str) -> str:

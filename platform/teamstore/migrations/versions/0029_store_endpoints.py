@@ -2,9 +2,11 @@
 
 A store was recorded by its URL alone (``s3://bucket/prefix``), which names no endpoint: an erasure whose S3 client
 talks to AWS took a store written through MinIO for a bucket of its own endpoint, and, finding no such bucket there,
-for one gone for good. From this revision writers record the endpoint their client talks to (none for AWS's own,
-never a user or password), and an erasure reaches a store only at the endpoint recorded for it. A record written
-before has none: it reads as AWS's own endpoint.
+for one gone for good. From this revision writers record the endpoint their client talks to (``aws`` for AWS's
+own, never a user or password), and an erasure does not list a done store recorded at another endpoint than its
+client talks to. A record written before has none (NULL): its endpoint is unknown, and an erasure reaches that
+store through its own client, as every store was reached before; its pass there records the endpoint it
+reached. A known endpoint is never overwritten, by an erasure nor by a writer (a renamed host keeps the first).
 
 Revision ID: 0029
 Revises: 0028
