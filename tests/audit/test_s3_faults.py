@@ -551,6 +551,11 @@ async def test_a_request_cancelled_while_the_last_runs_audit_is_written_loses_no
     ("http://key:secret@minio:9000/", "http://minio:9000"),
     ("HTTP://MinIO:9000", "http://minio:9000"),
     ("http://[::1]:9000", "http://[::1]:9000"),
+    ("https://minio:443", "https://minio"),  # a scheme's default port is the same endpoint
+    ("http://minio:80/", "http://minio"),
+    ("http://minio:443", "http://minio:443"),
+    ("http://key:secret@minio:99999", "http://minio:99999"),  # a client made by hand: kept as written, no raise
+    ("http://minio:9000;x", "http://minio:9000;x"),
 ])
 def test_a_store_s_endpoint_is_recorded_without_credentials_and_as_aws_for_aws_own(
     endpoint: str, recorded: str

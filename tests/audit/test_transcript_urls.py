@@ -40,6 +40,9 @@ def test_a_folder_url_or_a_bare_path_is_a_local_store(tmp_path: Path) -> None:
     # botocore made a client of these and failed every request: each transcript went to the outbox
     ("AWS_ENDPOINT_URL_S3", "htps://key:s3cret@minio:9000"),
     ("AWS_ENDPOINT_URL", "ftp://minio:9000"),
+    # and of these, whose port is no number in range: a writer then failed recording its store
+    ("AWS_ENDPOINT_URL_S3", "http://key:s3cret@127.0.0.1:99999"),
+    ("AWS_ENDPOINT_URL_S3", "http://key:s3cret@minio:9000;x"),
     ("AWS_DEFAULT_REGION", "eu west 1"),
     ("AWS_PROFILE", "no-such-profile"),
 ])

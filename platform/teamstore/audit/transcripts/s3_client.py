@@ -14,7 +14,7 @@ subject key, and the text goes into an erasure receipt).
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from teamstore.aws import client_config
 from teamstore.errors import (
@@ -93,7 +93,8 @@ def make_client(connect_timeout: float = 2.0, read_timeout: float = 5.0, max_att
         The client (``AWS_*`` variables decide credentials, region, endpoint and retries).
 
     Raises:
-        ConfigurationError: The ``AWS_*`` variables name an endpoint that is no http(s) URL, a malformed region,
+        ConfigurationError: The ``AWS_*`` variables name an endpoint that is no http(s) URL (with a host and a port
+            that is a number in range), a malformed region,
             a profile that does not exist, a config file that does not parse or attempts that are no whole
             number from 1.
         MissingExtra: boto3 is not installed.
@@ -117,33 +118,52 @@ def make_client(connect_timeout: float = 2.0, read_timeout: float = 5.0, max_att
     except ValueError:
         # botocore's message repeats the endpoint, which may carry credentials (http://key:secret@host).
         raise _bad_endpoint() from None
-    # botocore takes any scheme (htps://, ftp://) and fails each request, so every
-    # transcript would go to the outbox as if S3 were down.
-    if not client.meta.endpoint_url.lower().startswith(("http://", "https://")):
-        raise _bad_endpoint()
+    _check_endpoint(str(client.meta.endpoint_url))
     return client
 
 
 AWS_OWN = "aws"
 """The endpoint recorded for a store on AWS's own S3 (any ``amazonaws.com`` host: one namespace of buckets); a
 record with none is from before endpoints were recorded (migration 0029), or of a folder."""
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def recorded_endpoint(url: str) -> str:
     """The endpoint a client talks to, as recorded with the stores it reaches: :data:`AWS_OWN` for AWS's own, else
-    its scheme, host and port, never a user or password the URL carries (credentials come from the ``AWS_*``
-    variables)."""
+    its scheme, host and port (none for the scheme's default), never a user or password the URL carries
+    (credentials come from the ``AWS_*`` variables). Never raises: a port that is no number is kept as written."""
     parts = urlsplit(url)
     host = (parts.hostname or "").lower()
     if host == "amazonaws.com" or host.endswith((".amazonaws.com", ".amazonaws.com.cn")):
         return AWS_OWN
-    host = f"[{host}]" if ":" in host else host
-    return f"{parts.scheme.lower()}://{host}{f':{parts.port}' if parts.port else ''}{parts.path.rstrip('/')}"
+    scheme, where = parts.scheme.lower(), parts.netloc.rpartition("@")[2].lower()
+    if (port := _port(parts)) is not None:
+        host = f"[{host}]" if ":" in host else host
+        where = host if port in (0, _DEFAULT_PORTS.get(scheme)) else f"{host}:{port}"
+    return f"{scheme}://{where}{parts.path.rstrip('/')}"
+
+
+def _port(parts: SplitResult) -> int | None:
+    """The URL's port (0 when it names none); None when it is no number in range."""
+    try:
+        return parts.port or 0
+    except ValueError:
+        return None
+
+
+def _check_endpoint(url: str) -> None:
+    """Refuse an endpoint no request can reach: botocore takes any scheme (htps://, ftp://) and any port
+    (``:99999``, ``:9000;x``) and fails each request, so every transcript would go to the outbox as if S3 were
+    down."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in _DEFAULT_PORTS or not parts.hostname or _port(parts) is None:
+        raise _bad_endpoint()
 
 
 def _bad_endpoint() -> ConfigurationError:
     return ConfigurationError(
-        "AWS_ENDPOINT_URL_S3 (or AWS_ENDPOINT_URL) is not an http:// or https:// URL",
+        "AWS_ENDPOINT_URL_S3 (or AWS_ENDPOINT_URL) is not an http:// or https:// URL with a host and, if any, "
+        "a port up to 65535",
         hint="set it to the S3-compatible endpoint, e.g. http://minio:9000, or unset it for AWS",
     )
 
