@@ -43,7 +43,8 @@ EARLIER = ""
 """The part of no store: the transcript counts a request an earlier release began recorded for the step alone."""
 HELD_VERSIONS = "held"
 """The step-like record whose parts are, by store URL, the versions a hold kept there as the last pass found them
-(versions, objects, bytes): a later pass that finds some of them freed takes exactly theirs out of what it adds."""
+(versions, objects, bytes): a later pass that finds some of them freed takes theirs out of what it adds (by number
+and size, not identity: see :mod:`teamstore.erasure.steps.done_stores`)."""
 
 
 async def pending_stores(ctx: StepContext) -> list[str]:

@@ -22,7 +22,10 @@ and a rerun lists the store.
 
 A store's part is grown by the main step's rule: what a pass stopped after counting (``enumerated``) recorded is
 a superset of what is found since; held versions its pass counted and now found free (a hold lifted) are not
-counted twice, and held versions beyond them (a copy restored under a lock) are added.
+counted twice, and held versions beyond them (a copy restored under a lock) are added. Held versions are
+recorded by number and size, not by which they are: a hold lifted while as many others were newly held in the
+same store (a copy restored under a lock) is taken for no change, so the freed version is counted again with its
+bytes and the new held one is not (the versions total holds, the bytes do not).
 """
 
 from __future__ import annotations
@@ -327,7 +330,8 @@ def _grown(part: StoreResult | None, found: Counts, holding: Kept, held_before: 
 
 def _freed(found: Counts, freed: int, held_before: Counts | None, held_now: Counts) -> Counts:
     """Of ``found``, the ``freed`` versions a hold kept at the last pass (counted then): what the held versions
-    then exceed those held now by, exactly, when that pass recorded them apart; else (a part an earlier release
+    then exceed those held now by, when that pass recorded them apart (exact while the versions held now are
+    among those held then); else (a part an earlier release
     recorded) each of an object, their bytes a share of what was found. Either way as many objects as versions
     freed, as the part's count took them: what is found free is a subset of that count."""
     if not freed or not found.versions:
