@@ -1,7 +1,9 @@
 """Putting a file, or a folder's entries, on the disk before saying a write, rename or delete is done.
 
-    from teamstore.disk import folders_changed_by_making, fsync_file, fsync_folders, fsync_name, fsync_up
+    from teamstore.disk import FlushedFolders, folders_changed_by_making, fsync_file, fsync_folders, fsync_name, fsync_up
 
+    known = FlushedFolders(root)                        # a store's: its many writes into the same folders
+    known.forget(path.parent)                           # before making it: made again, its name is not flushed
     made = folders_changed_by_making(path.parent)       # before the mkdir: whose entries it changes
     path.parent.mkdir(parents=True, exist_ok=True)
     fsync_file(tmp)                                     # its bytes, before it takes its name
@@ -9,6 +11,7 @@
     fsync_name(path, made)                              # the new name, and its new folders, survive a power loss
     fsync_folders(changed, within=root)                 # after a batch of deletes: each folder once
     fsync_up(path.parent)                               # a rerun, which cannot know what a failed run made
+    known.flush_up(path.parent, flushed=[path.parent, *made])  # each name above it not known flushed, to root
 
 A file's bytes reach the disk with an ``fsync`` of the file; its name (made, renamed or removed) is an entry of
 its folder, and reaches the disk only with an ``fsync`` of that folder. Until then a power loss or the host's
@@ -97,11 +100,16 @@ def fsync_up(folder: Path) -> None:
     Raises:
         OSError: A folder could not be flushed (the first one; none above it was tried).
     """
-    real = Path(os.path.realpath(folder))  # the folders the names are in, not those of a link to them
-    for step in (real, *real.parents):
+    for step in _up_to_mount(folder):
         fsync_folder(step)
-        if os.path.ismount(step):  # its own name is the other filesystem's, and was not made by a write here
-            return
+
+
+def _up_to_mount(folder: Path) -> list[Path]:
+    """``folder`` and each folder above it up to its filesystem's root, deepest first, links resolved."""
+    steps = [Path(os.path.realpath(folder))]  # the folders the names are in, not those of a link to them
+    while not os.path.ismount(steps[-1]):  # a mount point's own name is the other filesystem's
+        steps.append(steps[-1].parent)
+    return steps
 
 
 def fsync_folders(folders: Iterable[Path], *, within: Path) -> None:
@@ -130,3 +138,55 @@ def fsync_folders(folders: Iterable[Path], *, within: Path) -> None:
                 continue  # removed: its removal is an entry of the folder above
             flushed.add(step)
             break
+
+
+class FlushedFolders:
+    """The folders at or below ``root`` whose names this process has flushed, with those of every folder above them
+    to the filesystem's root: a store that writes many files into the same folders flushes a folder's name once,
+    not on every write, and again whenever it cannot know it is on the disk. A folder found there may be one a
+    failed write made (this process's, or an earlier one's: a new process knows none) and never flushed, so every
+    folder not known here is flushed. Bounded: past ``limit`` folders it forgets them all, and flushes again.
+
+    Args:
+        root: The highest folder tracked; the first flush also flushes each folder above it, once.
+        limit: How many folders to remember.
+    """
+
+    def __init__(self, root: Path, limit: int = 10_000) -> None:
+        self.root, self.limit = root, limit
+        self._known: set[Path] = set()
+
+    def _chain(self, folder: Path) -> list[Path]:
+        return [folder, *folder.parents][: len(folder.relative_to(self.root).parts) + 1]
+
+    def forget(self, folder: Path) -> None:
+        """Forget ``folder`` and each folder above it: call it before making any of them (made again, say, after a
+        sweep removed it), so that no write finds it made but known flushed."""
+        self._known.difference_update(self._chain(folder))
+
+    def flush_up(self, folder: Path, flushed: Iterable[Path] = ()) -> None:
+        """Flush the name of ``folder``, and of each folder above it up to ``root``, in the folder that holds it,
+        stopping at the first one known flushed; while ``root`` is not, each folder above it too (:func:`fsync_up`).
+
+        Args:
+            folder: A folder at or below ``root``.
+            flushed: Folders the caller flushed since it last changed them: not flushed again.
+
+        Raises:
+            OSError: A folder could not be flushed (none of them is then known flushed).
+        """
+        if folder in self._known:  # most writes: into a folder written into before (a session's runs)
+            return
+        done = set(flushed)
+        unknown = list(itertools.takewhile(lambda step: step not in self._known, self._chain(folder)))
+        steps = [step.parent for step in unknown if step != self.root]
+        if self.root in unknown:  # each folder above the root, which a failed write may have made too
+            done |= {Path(os.path.realpath(step)) for step in done}  # as _up_to_mount names them
+            steps += _up_to_mount(self.root.parent)
+        for step in steps:
+            if step not in done:
+                fsync_folder(step)
+                done.add(step)
+        if len(self._known) + len(unknown) > self.limit:
+            self._known.clear()
+        self._known.update(unknown)

@@ -17,12 +17,21 @@ import pytest
 from teamstore.audit.transcripts.base import run_key, subject_prefix
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.record import RunKeys
+from teamstore.errors import StorageError
 from tests.audit import inotify
 from tests.disk_calls import record_disk_calls
 
 pytestmark = pytest.mark.skipif(not inotify.AVAILABLE, reason="inotify is Linux's")
 
 ALICE, BOB = RunKeys("a" * 32, "b" * 32), RunKeys("c" * 32, "d" * 32)
+
+
+def _to_the_top(folder: Path) -> list[Path]:
+    """``folder`` and each folder above it up to its filesystem's root (a mount point, or ``/``), deepest first."""
+    steps = [Path(os.path.realpath(folder))]
+    while not os.path.ismount(steps[-1]):
+        steps.append(steps[-1].parent)
+    return steps
 
 
 def _folder(store: LocalTranscriptStore, key: str) -> Path:
@@ -166,5 +175,38 @@ async def test_a_transcripts_bytes_are_flushed_before_its_rename_and_its_new_fol
     path = store.root.joinpath(*key.split("/"))
     seen = calls.around(path)
     assert seen.source.name.startswith(".tmp-r1.jsonl.gz.") and seen.before == [seen.source]
-    # Its folder, then each folder made for it in the one above, up to the root's in the test's folder.
-    assert seen.after == [folder for folder in path.parents if folder.is_relative_to(tmp_path)]
+    # Its folder, then each folder made for it in the one above, up to the root's, and (once) those above the root.
+    assert seen.after == _to_the_top(path.parent)
+    calls.calls.clear()
+    await store.put(run_key(ALICE, "r2"), b"alice's words")  # the same folders, known flushed: only its own
+    second = calls.around(path.parent / "r2.jsonl.gz")
+    assert calls.flushed() == [second.source, path.parent]
+
+
+@pytest.mark.parametrize("retried_by", ["the same store", "the same store, which had flushed them once", "a new process"])
+async def test_a_put_retried_after_one_that_failed_once_its_folders_were_made_flushes_their_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, retried_by: str
+) -> None:
+    # The outbox retries a transcript whose put failed: the retry finds the subject's and the session's folders the
+    # failed put made and never flushed; a power loss could take them, the transcript with them.
+    store = LocalTranscriptStore(tmp_path / "transcripts")
+    await store.put(run_key(BOB, "r0"), b"bob's")  # the root and subjects/ known flushed
+    key = run_key(ALICE, "r1")
+    if retried_by == "the same store, which had flushed them once":  # then a delete removed them: made again below
+        await store.put(run_key(ALICE, "r0"), b"alice's first")
+        await store.delete(run_key(ALICE, "r0"))
+    path = store.root.joinpath(*key.split("/"))
+    calls = record_disk_calls(monkeypatch)
+    calls.fail_file_flushes_in(path.parent)  # the temporary file's: nothing renamed, the folders made
+    with pytest.raises(StorageError):
+        await store.put(key, b"alice's words")
+    assert path.parent.is_dir() and not path.exists()
+    calls.failing_files_in.clear()
+    retry = LocalTranscriptStore(store.root) if retried_by == "a new process" else store
+    await retry.put(key, b"alice's words")
+    flushed = calls.around(path).after
+    subject = store.root / "subjects" / ALICE.subject_key
+    # Each folder's name in the one above: the runs', the session's, the sessions' and the subject's.
+    assert [path.parent, path.parent.parent, subject / "sessions", subject, store.root / "subjects"] == [
+        folder for folder in flushed if folder.is_relative_to(store.root)
+    ][:5]

@@ -328,12 +328,12 @@ async def test_a_transcript_lands_whole_and_private_written_on_the_loop_or_off_i
     threads: list[int] = []
     original = LocalTranscriptStore._put
 
-    def spying(path: Path, data: bytes, root: Path, stamp: float | None = None, *, durable: bool = False) -> None:
+    def spying(self: LocalTranscriptStore, path: Path, data: bytes, stamp: float | None = None) -> None:
         threads.append(threading.get_ident())
-        original(path, data, root, stamp, durable=durable)
+        original(self, path, data, stamp)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(LocalTranscriptStore, "_put", staticmethod(spying))
+        patch.setattr(LocalTranscriptStore, "_put", spying)
         await store.put(key, body)
     assert await store.get(key) == body
     assert (threads == [threading.get_ident()]) == (size <= INLINE_WRITE_BYTES and not durable)

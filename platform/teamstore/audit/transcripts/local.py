@@ -10,10 +10,12 @@ Writes go to a temporary file and are renamed into place, so a reader never sees
 temporary file sits beside its object, inside the subject's folder, and is named after it
 (``.tmp-<run>.jsonl.gz.<random>``): a writer killed before the rename leaves it there, where erasure finds it
 (:meth:`LocalTranscriptStore.partial_writes`) and the retention sweep removes it once it is an hour old. The file
-is flushed to the disk (``fsync``) before the rename, and its folder after it (with the folders the write made),
-so a transcript ``put`` returned for survives a power loss or the host's crash, not only a killed process. A
-delete, an erasure's or the sweep's, flushes each folder it changed (once, however many files went from it;
-the folder above one it removed) before it returns, so a power loss cannot bring back what it said is gone.
+is flushed to the disk (``fsync``) before the rename, and its folder after it, with each folder's name above it
+up to the root that this store has not flushed since it made it or started (a failed put's retry finds the folders
+that put made, unflushed), so a transcript ``put`` returned for survives a power loss or the host's crash, not
+only a killed process. A delete, an erasure's or the sweep's, flushes each folder it changed (once, however many
+files went from it; the folder above one it removed) before it returns, so a power loss cannot bring back what it
+said is gone.
 
 teamstore makes no symbolic link below the root (the root itself may be one), and follows none there: a link
 planted in a user's folder would hand whatever file it points at to that user's export, or take a write out of
@@ -42,7 +44,7 @@ from pathlib import Path
 
 from config_registry.folders import PRIVATE, make_folder
 from teamstore.audit.transcripts.base import SUBJECTS, SUFFIX, Capability, StoredObject, check_key
-from teamstore.disk import folders_changed_by_making, fsync_folder, fsync_folders, fsync_name
+from teamstore.disk import FlushedFolders, folders_changed_by_making, fsync_folder, fsync_folders, fsync_name
 from teamstore.errors import StorageError, TranscriptNotFound, UploadInDoubt
 
 TMP_PREFIX = ".tmp-"
@@ -64,7 +66,7 @@ class LocalTranscriptStore:
 
     Args:
         root: The folder; created on first write.
-        durable: Flush each transcript, and the folders its write changed, to the disk before ``put`` returns
+        durable: Flush each transcript, and the folders holding it, to the disk before ``put`` returns
             (the marker too). ``False`` only to measure what that costs, or for data a host's crash may lose.
             Deletes are flushed either way: what an erasure said is gone must not come back.
     """
@@ -75,6 +77,8 @@ class LocalTranscriptStore:
         self.root = root
         self.url = root.resolve().as_uri()
         self.durable = durable
+        # A put that failed after making its folders leaves them unflushed, and its retry finds them there.
+        self._flushed = FlushedFolders(root)
 
     def _path(self, key: str) -> Path:
         return self.root.joinpath(*check_key(key).split("/"))
@@ -179,16 +183,18 @@ class LocalTranscriptStore:
         path = self._path(key)
         self._no_link(path.parent)  # a few lstat calls, on the loop: as cheap as the stat in _put
         if len(body) <= INLINE_WRITE_BYTES and not self.durable:
-            self._put(path, body, self.root, stamp)
+            self._put(path, body, stamp)
         else:
-            await asyncio.to_thread(self._put, path, body, self.root, stamp, durable=self.durable)
+            await asyncio.to_thread(self._put, path, body, stamp)
 
-    @staticmethod
-    def _put(path: Path, body: bytes, root: Path, stamp: float | None = None, *, durable: bool = False) -> None:
+    def _put(self, path: Path, body: bytes, stamp: float | None = None) -> None:
         tmp: str | None = None
-        renamed = False
+        renamed, root, durable = False, self.root, self.durable
         try:
-            made = _folders_made(path.parent, root)
+            made: list[Path] = []
+            if not path.parent.is_dir():  # a stat: cheaper than the mkdir that fails on every write after the first
+                self._flushed.forget(path.parent)  # made again after a sweep or an erasure: its name not flushed
+                made = _folders_made(path.parent, root)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{TMP_PREFIX}{path.name}.")
             with os.fdopen(fd, "wb") as handle:
                 handle.write(body)
@@ -199,8 +205,9 @@ class LocalTranscriptStore:
                 os.utime(tmp, (stamp, stamp))
             os.replace(tmp, path)
             tmp, renamed = None, True
-            if durable:  # the new name, and each folder made on the way, in the folder that holds it
+            if durable:  # the new name, each folder made on the way, and those a failed put may have made
                 fsync_name(path, made)
+                self._flushed.flush_up(path.parent, flushed=[path.parent, *made])
         except OSError as exc:
             if renamed:  # under its name already: readable, and an erasure that listed before it must know
                 raise UploadInDoubt(
@@ -405,7 +412,7 @@ def _folders_made(folder: Path, root: Path) -> list[Path]:
     and on a shared host other users need not list whose transcripts exist or how many runs each has, nor put
     files in them (a root an operator made keeps its own mode).
     """
-    if folder.is_dir():  # a stat: cheaper than the mkdir that fails on every write after the first
+    if folder.is_dir():
         return []
     changed = folders_changed_by_making(folder)
     if not root.is_dir():
