@@ -16,7 +16,7 @@ import pytest
 
 from teamstore.analytics.page import write_page
 from teamstore.audit.warehouse.local import LocalPartitions
-from teamstore.disk import fsync_file, fsync_folder
+from teamstore.disk import FlushedFolders, fsync_file, fsync_folder
 from teamstore.errors import (
     ExportFailed,
     KeyFileInDoubt,
@@ -318,3 +318,26 @@ def test_a_file_that_cannot_be_opened_and_a_folder_whose_flush_the_disk_fails_ar
     calls.fail_flush_of(tmp_path)  # EIO
     with pytest.raises(OSError, match="Input/output error"):
         fsync_folder(tmp_path)
+
+
+def test_the_folders_known_flushed_are_forgotten_past_their_limit_and_flushed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A worker's store meets a new session's folders every few runs: remembering them all would grow without end.
+    root = tmp_path / "root"
+    first, second = root / "a" / "runs", root / "b" / "runs"
+    for folder in (first / "more", second):
+        folder.mkdir(parents=True)
+    known = FlushedFolders(root, limit=5)
+    calls = record_disk_calls(monkeypatch)
+    known.flush_up(first)  # first, a and the root known: 3
+    assert calls.flushed() == [root / "a", root, *_to_the_top(tmp_path)]
+    calls.calls.clear()
+    known.flush_up(first)
+    assert calls.flushed() == []  # known: nothing
+    known.flush_up(second)  # b's two more: 5, within the limit
+    assert calls.flushed() == [root / "b", root]
+    calls.calls.clear()
+    known.flush_up(first / "more")  # 6: past it, all forgotten but the last chain's (its own name flushed in first)
+    known.flush_up(first)
+    assert calls.flushed() == [first, root / "a", root, *_to_the_top(tmp_path)]
