@@ -7,7 +7,8 @@ keys = await store.list_keys(session_prefix(run_keys))
 lifecycle = capability(store, Capability.LIFECYCLE_RULES)   # typed, or None where the store lacks it
 
 The interface and key layout are in ``base``, the optional capabilities' protocols in ``capabilities``,
-the backends in ``local`` (a folder) and ``s3`` (with its client and error translation in ``s3_client``);
+the backends in ``local`` (a folder; its removals beside other sweeps and erasures in ``local_removal``) and
+``s3`` (with its client and error translation in ``s3_client``);
 ``record`` encodes one run's object and ``pages`` reads a session's newest runs.
 """
 

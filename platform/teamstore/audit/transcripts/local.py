@@ -34,8 +34,6 @@ import errno
 import itertools
 import json
 import os
-import shutil
-import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -44,6 +42,12 @@ from pathlib import Path
 
 from config_registry.folders import PRIVATE, make_folder
 from teamstore.audit.transcripts.base import SUBJECTS, SUFFIX, Capability, StoredObject, check_key
+from teamstore.audit.transcripts.local_removal import (
+    remove_if_empty,
+    remove_older,
+    remove_tree,
+    unlink_if_there,
+)
 from teamstore.disk import FlushedFolders, folders_changed_by_making, fsync_folder, fsync_folders, fsync_name
 from teamstore.errors import StorageError, TranscriptNotFound, UploadInDoubt
 
@@ -326,11 +330,11 @@ class LocalTranscriptStore:
 
     def _delete(self, path: Path) -> int:
         try:
-            found = _unlink(path)
+            found = unlink_if_there(path)
             if found:
                 # The folders are named by subject and session keys: none is left empty to say the run was there.
                 for folder in itertools.takewhile(lambda step: step != self.root, path.parents):
-                    _remove_if_empty(os.fspath(folder))
+                    remove_if_empty(os.fspath(folder))
             # Flushed even when it was gone: a delete killed before its flush is made good by its rerun.
             fsync_folders([path.parent], within=self.root)
         except OSError as exc:
@@ -355,7 +359,7 @@ class LocalTranscriptStore:
         self._no_link(base)
         removed = sum(1 for entry in self._files(prefix) if entry.name.endswith(SUFFIX))  # counted, not kept
         try:
-            _remove_tree(base)
+            remove_tree(base)
             # Its removal from the folder above (the files and folders below went with it), flushed even when
             # it was gone already: an erasure killed before this flush is made good by its rerun.
             fsync_folders([base.parent], within=self.root)
@@ -435,10 +439,10 @@ class _Swept:
         for name in files:
             is_object, is_tmp = name.endswith(SUFFIX), name.startswith(TMP_PREFIX)
             limit = self.stale if is_tmp else self.cutoff
-            if (is_object or is_tmp) and _remove_older(os.path.join(folder, name), limit):
+            if (is_object or is_tmp) and remove_older(os.path.join(folder, name), limit):
                 self.removed += is_object
                 self.changed.add(Path(folder))
-        if _remove_if_empty(folder):
+        if remove_if_empty(folder):
             self.changed.add(Path(folder).parent)
 
 
@@ -458,56 +462,3 @@ def _not_a_folder(root: Path) -> StorageError:
 
 def _unlisted(exc: OSError) -> StorageError:
     return StorageError(f"could not list transcripts: {exc.strerror or exc}", hint="check folder permissions")
-
-
-def _remove_tree(base: Path) -> None:
-    """Remove ``base`` and everything below it, following no link; what is gone already (all of it, or what
-    a sweep took meanwhile) is removed all the same.
-
-    Raises:
-        OSError: The first thing that could not be removed (after removing all that could).
-    """
-    failed: list[BaseException] = []
-
-    def note(_function: object, _path: object, exc: BaseException) -> None:
-        if not isinstance(exc, FileNotFoundError):
-            failed.append(exc)
-
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(base, onexc=note)
-    else:
-        shutil.rmtree(base, onerror=lambda function, path, info: note(function, path, info[1]))
-    if failed:
-        raise failed[0]
-
-
-def _unlink(path: Path) -> bool:
-    """Unlink ``path``; False if it was gone already."""
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        return False
-    return True
-
-
-def _remove_older(path: str, cutoff: float) -> bool:
-    """Unlink ``path`` if it was last written before ``cutoff``; False if it is newer or already gone."""
-    try:
-        if os.stat(path).st_mtime >= cutoff:
-            return False
-        os.unlink(path)
-    except FileNotFoundError:
-        return False  # another sweep or an erasure removed it first
-    return True
-
-
-def _remove_if_empty(folder: str) -> bool:
-    """Remove ``folder`` if it is empty; whether this removed it."""
-    try:
-        os.rmdir(folder)
-    except OSError as exc:
-        # Gone already (another sweep), or not empty (a writer just put an object there): both are fine.
-        if exc.errno not in (errno.ENOENT, errno.ENOTEMPTY, errno.EEXIST):
-            raise
-        return False
-    return True
