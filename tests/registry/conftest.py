@@ -63,3 +63,13 @@ def calling_client() -> ReplayChatCompletionClient:
         vision=False, function_calling=True, json_output=False, family="unknown", structured_output=False
     )
     return ReplayChatCompletionClient(["one", "two", "three"], model_info=info)
+
+
+def stdio_component(env: dict[str, str] | None = None, args: list[str] | None = None, source: str | None = None,
+                    fields: dict[str, Any] | None = None, command: str = "server") -> dict[str, Any]:
+    """An agent-like component with an MCP server started as ``command`` with ``args`` and ``env``, a tool whose
+    source is ``source``, and ``fields`` among its own; registration walks it as JSON whatever its provider."""
+    params = {"type": "StdioServerParams", "command": command, "args": args or [], "env": env or {}}
+    tool = {"provider": "autogen_core.tools.FunctionTool", "config": {"source_code": source or "def f(): pass\n"}}
+    config = {"workbench": [{"config": {"server_params": params}}], "tools": [tool], **(fields or {})}
+    return {"provider": "autogen_agentchat.agents.AssistantAgent", "config": config}

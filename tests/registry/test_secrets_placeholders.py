@@ -15,7 +15,7 @@ from config_registry import DefinitionInvalid, Registry
 from config_registry.placeholders import DUMMY_KEYS
 from config_registry.secrets import apply_references
 from teamstore.context import BoundedChatCompletionContext
-from tests.registry.conftest import dump, left_unchanged, triage_manifest
+from tests.registry.conftest import dump, left_unchanged, stdio_component, triage_manifest
 
 SERVER = "workbench.0.config.server_params"
 SOURCE = "tools.0.config.source_code"
@@ -34,12 +34,7 @@ def _local_agent(key: str) -> dict[str, Any]:
 
 def _component(env: dict[str, str] | None = None, source: str | None = None,
                fields: dict[str, Any] | None = None, args: list[str] | None = None) -> dict[str, Any]:
-    """An agent-like component with an MCP server started with ``args`` and ``env``, a tool whose source is
-    ``source``, and ``fields`` among its own; registration walks it as JSON whatever its provider."""
-    params = {"type": "StdioServerParams", "command": "server", "args": args or [], "env": env or {}}
-    tool = {"provider": "autogen_core.tools.FunctionTool", "config": {"source_code": source or "def f(): pass\n"}}
-    config = {"workbench": [{"config": {"server_params": params}}], "tools": [tool], **(fields or {})}
-    return {"provider": "autogen_agentchat.agents.AssistantAgent", "config": config}
+    return stdio_component(env, args, source, fields)
 
 
 def _refused(component: dict[str, Any]) -> DefinitionInvalid:

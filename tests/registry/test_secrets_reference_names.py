@@ -12,6 +12,7 @@ import pytest
 
 from config_registry import DefinitionInvalid
 from config_registry.secrets import apply_references
+from tests.registry.conftest import stdio_component
 
 SERVER = "workbench.0.config.server_params"
 SOURCE = "tools.0.config.source_code"
@@ -32,12 +33,7 @@ REFERENCES = {
 
 def _component(env: dict[str, str] | None = None, args: list[str] | None = None, source: str | None = None,
                fields: dict[str, Any] | None = None) -> dict[str, Any]:
-    """An agent-like component with an MCP server started with ``args`` and ``env``, a tool whose source is
-    ``source``, and ``fields`` among its own; registration walks it as JSON whatever its provider."""
-    params = {"type": "StdioServerParams", "command": "sh", "args": args or [], "env": env or {}}
-    tool = {"provider": "autogen_core.tools.FunctionTool", "config": {"source_code": source or "def f(): pass\n"}}
-    config = {"workbench": [{"config": {"server_params": params}}], "tools": [tool], **(fields or {})}
-    return {"provider": "autogen_agentchat.agents.AssistantAgent", "config": config}
+    return stdio_component(env, args, source, fields, command="sh")
 
 
 def _refused(component: dict[str, Any]) -> DefinitionInvalid:

@@ -26,7 +26,7 @@ import secrets
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import Select, exists, literal, or_, select, update
+from sqlalchemy import ColumnElement, Select, exists, literal, or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -226,13 +226,8 @@ async def recorded_stores(engine: AsyncEngine, subject_key: str) -> dict[str, bo
     Raises:
         StoreUnavailable: The database could not be reached.
     """
-    c = subject_stores.c
-    try:
-        async with engine.connect() as conn:
-            rows = (await conn.execute(select(c.store, c.erased_at).where(c.subject_key == subject_key))).all()
-    except SQLAlchemyError as exc:
-        raise _unavailable(exc) from exc
-    return {str(store): erased is not None for store, erased in rows}
+    rows = await _stores_with(engine, subject_key, subject_stores.c.erased_at)
+    return {store: erased is not None for store, erased in rows}
 
 
 async def recorded_endpoints(engine: AsyncEngine, subject_key: str) -> dict[str, str | None]:
@@ -242,13 +237,19 @@ async def recorded_endpoints(engine: AsyncEngine, subject_key: str) -> dict[str,
     Raises:
         StoreUnavailable: The database could not be reached.
     """
+    rows = await _stores_with(engine, subject_key, subject_stores.c.endpoint)
+    return {store: None if endpoint is None else str(endpoint) for store, endpoint in rows}
+
+
+async def _stores_with(engine: AsyncEngine, subject_key: str, column: ColumnElement[Any]) -> list[tuple[str, Any]]:
+    """Each store recorded for the subject, with ``column`` of its record."""
     c = subject_stores.c
     try:
         async with engine.connect() as conn:
-            rows = (await conn.execute(select(c.store, c.endpoint).where(c.subject_key == subject_key))).all()
+            rows = (await conn.execute(select(c.store, column).where(c.subject_key == subject_key))).all()
     except SQLAlchemyError as exc:
         raise _unavailable(exc) from exc
-    return {str(store): None if endpoint is None else str(endpoint) for store, endpoint in rows}
+    return [(str(store), value) for store, value in rows]
 
 
 async def store_ever_written(engine: AsyncEngine, store: str) -> bool:
