@@ -25,8 +25,7 @@ from teamstore.audit.schema import SUBJECT_STORES_SINCE, usage
 from teamstore.audit.subjects import recorded_endpoints, recorded_stores
 from teamstore.audit.transcripts import store_endpoint
 from teamstore.audit.transcripts.base import subject_prefix
-from teamstore.audit.transcripts.capabilities import holds_any, missing_here
-from teamstore.audit.transcripts.s3_client import AWS_OWN
+from teamstore.audit.transcripts.capabilities import AWS_OWN, holds_any, missing_here
 from teamstore.db.clock import shared_later
 from teamstore.db.engine import describe_failure
 from teamstore.erasure.receipt import Counts, StepStatus, StoreResult

@@ -35,6 +35,10 @@ from teamstore.errors import ConfigurationError
 
 T = TypeVar("T")
 
+AWS_OWN = "aws"
+"""The endpoint recorded for a store on AWS's own S3 (any ``amazonaws.com`` host: one namespace of buckets); a
+record with none is from before endpoints were recorded (migration 0029), or of a folder."""
+
 
 @dataclass(frozen=True)
 class ObjectVersion:

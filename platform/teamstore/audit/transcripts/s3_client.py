@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
+from teamstore.audit.transcripts.capabilities import AWS_OWN
 from teamstore.aws import client_config
 from teamstore.errors import (
     ConfigurationError,
@@ -122,9 +123,6 @@ def make_client(connect_timeout: float = 2.0, read_timeout: float = 5.0, max_att
     return client
 
 
-AWS_OWN = "aws"
-"""The endpoint recorded for a store on AWS's own S3 (any ``amazonaws.com`` host: one namespace of buckets); a
-record with none is from before endpoints were recorded (migration 0029), or of a folder."""
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
