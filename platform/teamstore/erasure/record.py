@@ -162,6 +162,28 @@ async def record_part(
     await record_step(engine, request_id, part_name(step, part), result.model_copy(update={"detail": part}), owner)
 
 
+async def replace_parts(
+    engine: AsyncEngine, request_id: str, step: str, parts: dict[str, StoreResult], owner: str | None = None
+) -> None:
+    """Record ``parts`` (by the part each is) as every part of ``step``, in one transaction: the parts recorded
+    before and not among them are forgotten, so a reader never sees some of one set beside some of another.
+
+    Raises:
+        ErasureConflict: Another coordinator holds the lease now.
+        StoreUnavailable: The database could not be reached.
+    """
+    s = erasure_steps.c
+    async with db(engine, "record the erasure step's parts") as conn:
+        if owner is not None:
+            await _holding(conn, request_id, owner)
+        await conn.execute(delete(erasure_steps).where(s.request_id == request_id,
+                                                       s.store.startswith(step + PART, autoescape=True)))
+        rows = [{"request_id": request_id, "store": part_name(step, part), "status": str(result.status),
+                 "counts": result.counts.model_dump(), "detail": part} for part, result in parts.items()]
+        if rows:  # one statement for them all: a store may hold thousands of versions
+            await conn.execute(insert(erasure_steps).values(updated_at=shared_now(conn.dialect.name)), rows)
+
+
 def _result(row: Any) -> StoreResult:
     return StoreResult(status=StepStatus(row.status), counts=Counts(**row.counts), detail=row.detail,
                        verified_at=utc(row.verified_at))

@@ -16,6 +16,7 @@ transcript retention, the store talked to must hold some of the subject's transc
 
 from __future__ import annotations
 
+import hashlib
 from datetime import timedelta
 
 from sqlalchemy import func, select
@@ -25,11 +26,11 @@ from teamstore.audit.schema import SUBJECT_STORES_SINCE, usage
 from teamstore.audit.subjects import recorded_endpoints, recorded_stores
 from teamstore.audit.transcripts import store_endpoint
 from teamstore.audit.transcripts.base import subject_prefix
-from teamstore.audit.transcripts.capabilities import AWS_OWN, holds_any, missing_here
+from teamstore.audit.transcripts.capabilities import AWS_OWN, ObjectVersion, holds_any, missing_here
 from teamstore.db.clock import shared_later
 from teamstore.db.engine import describe_failure
 from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
-from teamstore.erasure.record import load_parts, record_part
+from teamstore.erasure.record import load_parts, record_part, replace_parts
 from teamstore.erasure.steps.base import StepContext
 from teamstore.errors import StoreUnavailable, TranscriptStoreMismatch
 from teamstore.state.schema import store_settings
@@ -41,9 +42,10 @@ HELD = frozenset({StepStatus.RETAINED_UNDER_HOLD, StepStatus.SHREDDED})
 EARLIER = ""
 """The part of no store: the transcript counts a request an earlier release began recorded for the step alone."""
 HELD_VERSIONS = "held"
-"""The step-like record whose parts are, by store URL, the versions a hold kept there as the last pass found them
-(versions, objects, bytes): a later pass that finds some of them freed takes theirs out of what it adds (by number
-and size, not identity: see :mod:`teamstore.erasure.steps.done_stores`)."""
+"""The step-like record an earlier release kept, whose parts are, by store URL, the versions a hold kept there as
+the last pass found them, by number and size alone (versions, objects, bytes). Still read for a request that
+release began: a later pass there estimates from it (:mod:`teamstore.erasure.steps.done_stores`). This release
+records the versions themselves (:func:`held_record`)."""
 
 
 async def pending_stores(ctx: StepContext) -> list[str]:
@@ -71,28 +73,48 @@ async def held_stores(ctx: StepContext) -> dict[str, StoreResult]:
     return {store: part for store, part in parts.items() if part.status in HELD}
 
 
-async def held_versions(ctx: StepContext) -> dict[str, Counts]:
-    """The versions a hold kept in each store, as the request's last pass there found them (:data:`HELD_VERSIONS`);
-    a store whose held part was recorded by an earlier release has none.
+def held_record(store: str) -> str:
+    """The step-like record whose parts are the versions a hold keeps in ``store`` as the request's last pass there
+    found them: one part each, named by :func:`held_id` and counting its size (``versions`` 1, ``bytes``), so a
+    part stays a row of fixed size however many versions the store holds (each one also asked about once an
+    attempt: its lock, and its header). Named by a digest of the URL (as many digits as the steps' store column
+    leaves beside a part's name), so the parts of one store are read and replaced apart from another's."""
+    return f"{HELD_VERSIONS}{hashlib.sha256(store.encode()).hexdigest()[:11]}"
+
+
+def held_id(version: ObjectVersion) -> str:
+    """Which version ``version`` is, as the held record names it: a digest of its key and version id (a version id
+    names bytes that never change), of fixed length however long the key, and naming no session."""
+    return hashlib.sha256(f"{version.key}\0{version.version_id}".encode()).hexdigest()[:32]
+
+
+async def held_before(ctx: StepContext, store: str) -> frozenset[str] | Counts | None:
+    """The versions a hold kept in ``store`` as the request's last pass there found them: which (by
+    :func:`held_id`); or, recorded by an earlier release, how many with their bytes (:data:`HELD_VERSIONS`); or
+    None when neither is recorded (a part of a release before that).
 
     Raises:
         StoreUnavailable: The database could not be reached.
     """
     if not ctx.request_id:
-        return {}
-    return {store: part.counts for store, part in (await load_parts(ctx.engine, ctx.request_id, HELD_VERSIONS)).items()}
+        return None
+    if held := await load_parts(ctx.engine, ctx.request_id, held_record(store)):
+        return frozenset(held)
+    earlier = (await load_parts(ctx.engine, ctx.request_id, HELD_VERSIONS)).get(store)
+    return earlier.counts if earlier is not None else None
 
 
-async def record_held(ctx: StepContext, store: str, status: StepStatus, held: Counts) -> None:
-    """Record the versions a hold keeps in ``store`` (``held``: counted as a listing counts them), beside its part
-    of ``status`` (held).
+async def record_held(ctx: StepContext, store: str, status: StepStatus, held: list[ObjectVersion]) -> None:
+    """Record which versions a hold keeps in ``store`` (``held``), replacing what an earlier pass there recorded;
+    before its part of ``status`` (held) is, so a part recorded held always has them beside it.
 
     Raises:
         ErasureConflict: Another coordinator holds the lease now.
         StoreUnavailable: The database could not be reached.
     """
-    await record_part(ctx.engine, ctx.request_id, HELD_VERSIONS, store, StoreResult(status=status, counts=held),
-                      ctx.owner)
+    parts = {held_id(version): StoreResult(status=status, counts=Counts(versions=1, bytes=version.size))
+             for version in held}
+    await replace_parts(ctx.engine, ctx.request_id, held_record(store), parts, ctx.owner)
 
 
 async def transcript_parts(ctx: StepContext, prior: StoreResult | None) -> dict[str, StoreResult]:

@@ -21,11 +21,12 @@ Any other failure to list one (a timeout, refused credentials, the wrong region)
 and a rerun lists the store.
 
 A store's part is grown by the main step's rule: what a pass stopped after counting (``enumerated``) recorded is
-a superset of what is found since; held versions its pass counted and now found free (a hold lifted) are not
-counted twice, and held versions beyond them (a copy restored under a lock) are added. Held versions are
-recorded by number and size, not by which they are: a hold lifted while as many others were newly held in the
-same store (a copy restored under a lock) is taken for no change, so the freed version is counted again with its
-bytes and the new held one is not (the versions total holds, the bytes do not).
+a superset of what is found since. Each pass that leaves versions held in a store records which, with their sizes
+(:func:`teamstore.erasure.stores.record_held`): the next one there compares the held sets. A version held then and
+found free now (a hold lifted) was counted then, so it is deleted and not counted again; one held now and not then
+(a copy restored under a lock) is counted, with its object and bytes. Where an earlier release's pass left
+versions held, its record gives their number and size alone, and the held sets are compared by number: an
+estimate, wrong in its bytes when a hold is lifted while a copy restored there is newly held.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ from teamstore.erasure.stores import (
     TRANSCRIPTS,
     described,
     endpoint_setting,
-    held_versions,
+    held_before,
+    held_id,
     mismatch,
     pending_stores,
     record_held,
@@ -236,8 +238,11 @@ async def _sweep(ctx: StepContext, url: str, store: TranscriptStore, part: Store
         TranscriptUnavailable: A delete was refused and no hold explains it, or failed.
     """
     view, prefix = view_of(store, ctx.held), _prefix(ctx)
-    free, holding = await _listed(ctx, view, prefix)
-    counts = _grown(part, free.counts(), holding, (await held_versions(ctx)).get(url))
+    before: frozenset[str] | Counts | None = frozenset()  # emptied by its pass, or never counted: nothing held
+    if part is not None and part.status in HELD:
+        before = await held_before(ctx, url)
+    free, holding = await _listed(ctx, view, prefix, before if isinstance(before, frozenset) else frozenset())
+    counts = _grown(part, free.counts(), holding, before)
     if counts is None:
         return None
     await record_part(ctx.engine, ctx.request_id, TRANSCRIPTS, url,
@@ -253,9 +258,9 @@ async def _sweep(ctx: StepContext, url: str, store: TranscriptStore, part: Store
     counts = counts.model_copy(update={"retained": counts.retained + kept.retained,
                                        "unreadable": counts.unreadable + kept.unreadable})
     grown = _result(counts)
-    await record_part(ctx.engine, ctx.request_id, TRANSCRIPTS, url, grown, ctx.owner)
     if grown.status in HELD:
-        await record_held(ctx, url, grown.status, holding.held.counts())
+        await record_held(ctx, url, grown.status, holding.versions + kept.versions)  # found free, then held
+    await record_part(ctx.engine, ctx.request_id, TRANSCRIPTS, url, grown, ctx.owner)
     if part is not None and part.status in HELD and grown.status not in HELD:
         # Its hold lifted, it is emptied now: no longer a store this request left holding, nor one to empty.
         await mark_store_erased(ctx.engine, _subject(ctx), url)
@@ -278,13 +283,14 @@ async def _deleted(ctx: StepContext, url: str, view: View, prefix: str, listed: 
     return kept
 
 
-async def _listed(ctx: StepContext, view: View, prefix: str) -> tuple[Tally, Kept]:
-    """What no hold keeps under ``prefix``, and the versions a hold keeps (each asked about once: the attempt
-    keeps what it found held)."""
+async def _listed(ctx: StepContext, view: View, prefix: str, counted: frozenset[str]) -> tuple[Tally, Kept]:
+    """What no hold keeps under ``prefix``, but the versions ``counted`` names (held at the last pass, so counted
+    then: :func:`~teamstore.erasure.stores.held_id`), and the versions a hold keeps (each asked about once: the
+    attempt keeps what it found held)."""
     free, holding = Tally(), Kept()
     async for page in view.pages(prefix):
         held = {version for version in page if await view.held(version) is HoldStatus.HELD}
-        free.add([version for version in page if version not in held])
+        free.add([version for version in page if version not in held and held_id(version) not in counted])
         await holding.add(ctx, view, dict.fromkeys(held, "held"))
     return free, holding
 
@@ -305,35 +311,48 @@ async def _free(view: View, prefix: str) -> Tally:
     return free
 
 
-def _grown(part: StoreResult | None, found: Counts, holding: Kept, held_before: Counts | None) -> Counts | None:
-    """A done store's counts with what a later pass found there (``found``: free; ``holding``: held), by the
-    main step's rule; None when they stay as they are.
+def _grown(part: StoreResult | None, found: Counts, holding: Kept, before: frozenset[str] | Counts | None
+           ) -> Counts | None:
+    """A done store's counts with what a later pass found there (``found``: free, but the versions held at the last
+    pass; ``holding``: held), by the main step's rule; None when they stay as they are.
 
-    After a pass stopped there once it had counted (``enumerated``), what is found is a subset of its count. Held
-    versions the part counted and now found free (a hold lifted) are counted already (``held_before``: those
-    versions as that pass found them); held versions beyond those (a copy restored under a lock) are added.
+    After a pass stopped there once it had counted (``enumerated``), what is found is a subset of its count. Else
+    ``before`` is which versions were held at the last pass there (none, when it emptied the store); for a part an
+    earlier release recorded, how many were (or None), and the count is estimated (:func:`_estimated`).
     """
     held = {"retained": holding.retained, "unreadable": holding.unreadable}
-    if part is None:
-        total = found.plus(holding.held.counts())
-        return total.model_copy(update=held) if total.versions or total.delete_markers else None
-    if part.status is not StepStatus.DELETED and part.status not in HELD:
+    if part is not None and part.status is not StepStatus.DELETED and part.status not in HELD:
         return part.counts.widest(found).model_copy(update=held)
+    if not isinstance(before, frozenset):
+        assert part is not None  # a store with no part held nothing before
+        return _estimated(part, found, holding, before)
+    newly = Tally()
+    newly.add([version for version in holding.versions if held_id(version) not in before])
+    if not (found.versions or found.delete_markers) and {held_id(v) for v in holding.versions} == before:
+        return None
+    counted = part.counts if part is not None else Counts()
+    return counted.plus(found).plus(newly.counts()).model_copy(update=held)
+
+
+def _estimated(part: StoreResult, found: Counts, holding: Kept, held_before: Counts | None) -> Counts | None:
+    """A held store's counts grown by a pass that knows how many versions were held at the last pass there, not
+    which (an earlier release's record): held versions it counted and now found free (a hold lifted) are not
+    counted again, and held versions beyond them (a copy restored under a lock) are added, by number."""
     before = part.counts.retained + part.counts.unreadable
     now = holding.retained + holding.unreadable
     freed, extra = max(0, before - now), max(0, now - before)
     if not (found.versions or found.delete_markers) and not freed and not extra:
         return None
     less = _freed(found, freed, held_before, holding.held.counts())
+    held = {"retained": holding.retained, "unreadable": holding.unreadable}
     return part.counts.plus(_beyond(found, less)).plus(Counts(versions=extra)).model_copy(update=held)
 
 
 def _freed(found: Counts, freed: int, held_before: Counts | None, held_now: Counts) -> Counts:
     """Of ``found``, the ``freed`` versions a hold kept at the last pass (counted then): what the held versions
-    then exceed those held now by, when that pass recorded them apart (exact while the versions held now are
-    among those held then); else (a part an earlier release
-    recorded) each of an object, their bytes a share of what was found. Either way as many objects as versions
-    freed, as the part's count took them: what is found free is a subset of that count."""
+    then exceed those held now by, when that pass recorded their number and size; else each of an object, their
+    bytes a share of what was found. Either way as many objects as versions freed, as the part's count took them:
+    what is found free is a subset of that count."""
     if not freed or not found.versions:
         return Counts()
     if held_before is not None:

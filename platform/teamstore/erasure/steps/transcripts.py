@@ -166,10 +166,10 @@ class TranscriptStep:
         pending = [store for store in await pending_stores(ctx) if store != ctx.transcripts.url]
         last = not pending and not any(part.status in HELD for part in others.values())
         status, counts = await self._left_here(ctx, view, counts, kept, last=last)
+        if status in HELD:
+            await record_held(ctx, ctx.transcripts.url, status, kept.versions)
         await record_part(ctx.engine, ctx.request_id, self.name, ctx.transcripts.url,
                           StoreResult(status=status, counts=counts), ctx.owner)
-        if status in HELD:
-            await record_held(ctx, ctx.transcripts.url, status, kept.held.counts())
         if not pending:
             return
         await record_step(ctx.engine, ctx.request_id, self.name,

@@ -74,14 +74,16 @@ class Tally:
 @dataclass
 class Kept:
     """The versions the store refused to delete, page after page: how many a hold explains (still readable, or
-    sealed under a destroyed key), counted as a listing counts them too (``held``), and how many nothing explains,
-    by the store's error codes."""
+    sealed under a destroyed key), counted as a listing counts them too (``held``) and kept (``versions``: the
+    attempt keeps each held version already, :class:`~teamstore.erasure.steps.base.HeldVersions`), and how many
+    nothing explains, by the store's error codes."""
 
     retained: int = 0
     unreadable: int = 0
     unexplained: int = 0
     codes: set[str] = field(default_factory=set)
     held: Tally = field(default_factory=Tally)
+    versions: list[ObjectVersion] = field(default_factory=list)
 
     async def add(self, ctx: StepContext, view: View, refused: dict[ObjectVersion, str]) -> None:
         """Ask about each version refused on one page."""
@@ -98,6 +100,7 @@ class Kept:
                 self.retained += not beyond_use
         if held:
             self.held.add(held)
+            self.versions += held
 
     def check(self, store: str | None = None) -> None:
         """Fail when a refusal no hold explains (once every page had its deletable versions deleted).
