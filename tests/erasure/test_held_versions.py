@@ -11,7 +11,7 @@ from teamstore.audit.transcripts import subject_prefix
 from teamstore.audit.transcripts.s3 import S3TranscriptStore, make_client
 from teamstore.erasure import RequestStatus, StepStatus
 from teamstore.erasure.receipt import Counts, StoreResult
-from teamstore.erasure.record import record_part
+from teamstore.erasure.record import load_parts, record_part
 from teamstore.erasure.schema import erasure_steps
 from teamstore.erasure.stores import HELD_VERSIONS, held_record
 from teamstore.errors import TranscriptStoreMismatch
@@ -69,6 +69,8 @@ async def test_a_hold_lifted_while_a_restored_copy_is_newly_held_counts_the_byte
     assert (counts.objects, counts.versions, counts.retained) == (5, 5, 1)
     assert counts.bytes == 4 * len(b"transcript") + len(LONGER)
     assert [v["Size"] for v in all_versions(locked.client, bucket)] == [len(LONGER)]
+    held = await load_parts(engine, "req-lifted-locked", held_record(locked.url))  # the freed one's replaced
+    assert [part.counts.bytes for part in held.values()] == [len(LONGER)]
     await locked.close()
     await moved.close()
 
