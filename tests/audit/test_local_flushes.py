@@ -13,10 +13,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from teamstore.audit.placement import make_here
 from teamstore.audit.transcripts.base import run_key, subject_prefix
-from teamstore.audit.transcripts.local import LocalTranscriptStore
+from teamstore.audit.transcripts.local import MARKER, LocalTranscriptStore
 from teamstore.audit.transcripts.record import RunKeys
+from teamstore.db.identity import database_id
 from teamstore.errors import StorageError
 from tests.audit import inotify
 from tests.disk_calls import record_disk_calls
@@ -140,6 +143,31 @@ async def test_the_folders_marker_is_flushed_into_the_folder_and_a_root_made_for
         assert in_root.events() == [("create", ".teamstore-folder"), ("close_write", ".teamstore-folder"),
                                     ("open", "")]
     assert await made.owner() == await there.owner() == "db-1"
+
+
+@pytest.mark.parametrize("rerun_by", ["the same store", "a new process"])
+async def test_a_marker_whose_flush_failed_is_flushed_with_the_folders_name_by_the_rerun_that_finds_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sqlite_engine: AsyncEngine, rerun_by: str
+) -> None:
+    # The rerun saw a marked folder and returned: nothing ever flushed the marker, and a power loss could take it
+    # (and the folder made for it), leaving the workers' folder unmarked, or gone.
+    store = LocalTranscriptStore(tmp_path / "transcripts")
+    marker = Path(os.path.realpath(store.root)) / MARKER
+    calls = record_disk_calls(monkeypatch)
+    calls.fail_flush_of(store.root)  # the marker's name in it
+    with pytest.raises(StorageError):
+        await make_here(store, sqlite_engine)
+    assert await store.owner() == await database_id(sqlite_engine)  # there, and maybe not after a power loss
+    calls.failing.clear()
+    calls.calls.clear()
+    rerun = LocalTranscriptStore(store.root) if rerun_by == "a new process" else store
+
+    await make_here(rerun, sqlite_engine)
+
+    assert calls.flushed() == [marker, *_to_the_top(store.root)]
+    calls.calls.clear()
+    await make_here(rerun, sqlite_engine)  # known flushed now: once per store
+    assert calls.flushed() == []
 
 
 async def test_a_transcript_whose_folder_cannot_be_flushed_after_its_rename_is_in_doubt_not_failed(

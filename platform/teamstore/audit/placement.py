@@ -25,14 +25,19 @@ from teamstore.errors import StorageError, TranscriptFolderElsewhere
 
 async def make_here(store: TranscriptStore, engine: AsyncEngine) -> None:
     """Make a folder store on this machine if it has none, marked as this database's (a marker added to one
-    made without). Nothing for a store reached from anywhere.
+    made without); a marker there already is kept, and flushed if this process has not (a run whose flush of it
+    failed left it there). Nothing for a store reached from anywhere.
 
     Raises:
-        StorageError: The folder could not be made. StoreUnavailable: The database's id could not be read.
+        StorageError: The folder could not be made, or its marker flushed. StoreUnavailable: The database's id
+            could not be read.
     """
     local = capability(store, Capability.HOST_LOCAL)
-    if local is not None and (not await local.present() or await local.owner() is None):
-        await local.make_here(await database_id(engine))
+    if local is None:
+        return
+    owner = await local.owner() if await local.present() else None
+    # A marker's id is only recorded where there is none: the database's is read only then.
+    await local.make_here(owner if owner is not None else await database_id(engine))
 
 
 async def check_here(store: TranscriptStore, engine: AsyncEngine, *, doing: str, make: bool = False) -> None:

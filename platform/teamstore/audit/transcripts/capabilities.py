@@ -171,10 +171,11 @@ class HostLocal(Protocol):
         """
 
     async def make_here(self, database_id: str) -> None:
-        """Make the store on this machine if it has none, recording ``database_id`` unless one is recorded.
+        """Make the store on this machine if it has none, recording ``database_id`` unless one is recorded; a
+        record there already is made durable unless this store knows it is (an earlier run's may not be).
 
         Raises:
-            StorageError: It could not be made.
+            StorageError: It could not be made, or its record made durable.
         """
 
 

@@ -48,7 +48,14 @@ from teamstore.audit.transcripts.local_removal import (
     remove_tree,
     unlink_if_there,
 )
-from teamstore.disk import FlushedFolders, folders_changed_by_making, fsync_folder, fsync_folders, fsync_name
+from teamstore.disk import (
+    FlushedFolders,
+    folders_changed_by_making,
+    fsync_file,
+    fsync_folder,
+    fsync_folders,
+    fsync_name,
+)
 from teamstore.errors import StorageError, TranscriptNotFound, UploadInDoubt
 
 TMP_PREFIX = ".tmp-"
@@ -83,6 +90,7 @@ class LocalTranscriptStore:
         self.durable = durable
         # A put that failed after making its folders leaves them unflushed, and its retry finds them there.
         self._flushed = FlushedFolders(root)
+        self._marker_flushed = False  # whether this store made or flushed the marker and the root's name
 
     def _path(self, key: str) -> Path:
         return self.root.joinpath(*check_key(key).split("/"))
@@ -146,10 +154,12 @@ class LocalTranscriptStore:
 
     async def make_here(self, database_id: str) -> None:
         """Make the folder (owner-only) if this machine has none, and give it a marker naming ``database_id``
-        if it has none; a marker there already is kept (two makers at once keep the first).
+        if it has none; a marker there already is kept (two makers at once keep the first), and flushed with the
+        folder's name up to the filesystem's root unless this store made or flushed it.
 
         Raises:
-            StorageError: The folder or its marker could not be made (a file in the way, no permission).
+            StorageError: The folder or its marker could not be made or flushed (a file in the way, no permission,
+                a disk that fails the flush).
         """
         await asyncio.to_thread(self._make_here, database_id)
 
@@ -158,6 +168,7 @@ class LocalTranscriptStore:
             made = [] if self._present() else _folders_made(self.root, self.root)
             fd = os.open(self.root / MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         except FileExistsError:
+            self._flush_marker_found()
             return
         except OSError as exc:
             raise _unmade(self.root, exc) from exc
@@ -172,6 +183,21 @@ class LocalTranscriptStore:
                     fsync_folder(folder)
         except OSError as exc:
             raise _unmade(self.root, exc) from exc
+        self._marker_flushed = True
+
+    def _flush_marker_found(self) -> None:
+        """Flush a marker found there, its name, and the root's name up to the filesystem's root: a run whose flush
+        of them failed (this process's, or an earlier one's: a new process knows none) left the marker there, and
+        a rerun that only saw it would leave it unflushed for good. Once per store."""
+        if self._marker_flushed or not self.durable:
+            return
+        try:
+            fsync_file(self.root / MARKER)
+            fsync_folder(self.root)
+            self._flushed.flush_up(self.root)  # known flushed now: the next put does not flush it again
+        except OSError as exc:
+            raise _unmade(self.root, exc) from exc
+        self._marker_flushed = True
 
     async def put(self, key: str, body: bytes, *, written_at: datetime | None = None) -> None:
         """Write ``body`` atomically, and durably unless the store is not, at ``key``; a new root folder is its
