@@ -6,6 +6,7 @@ and teamstore's own log lines quote no user's words."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import logging
 import socket
@@ -35,6 +36,7 @@ from teamstore.audit.otlp import span_exporter
 from teamstore.audit.schema import subjects
 from teamstore.audit.transcripts.s3_client import make_client as s3_client
 from teamstore.db.engine import create_engine
+from teamstore.errors import TeamstoreError
 from teamstore.events import RunContext, notify_observers
 from teamstore.keys.kms import make_client as kms_client
 from teamstore.keys.schema import data_keys
@@ -319,6 +321,41 @@ async def test_an_observer_failing_with_an_untyped_error_is_logged_by_its_type_n
     (record,) = caplog.records
     assert "_Broken.on_item failed: ValueError at test_logs.py:" in record.getMessage()
     assert record.exc_info is None and "4711" not in caplog.text
+
+
+class _Refused:
+    async def on_item(self, ctx: RunContext, item: TextMessage) -> None:
+        raise TeamstoreError("the store refused it", hint="rerun with --request-id gdpr-canary@example.com")
+
+
+async def test_an_observer_failing_with_a_typed_error_is_logged_by_its_message_never_its_fix(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A fix may name an id the operator gave (to be typed again), which may hold a user's email."""
+    ctx = RunContext("r1", "alice", "s1", "t", "v1", datetime.now(UTC))
+    with caplog.at_level(logging.ERROR, "teamstore"):
+        await notify_observers([_Refused()], "on_item", ctx, TextMessage(content="hi", source="user"))
+    (record,) = caplog.records
+    assert record.getMessage().endswith("_Refused.on_item failed: the store refused it")
+    assert "canary" not in caplog.text
+
+
+def test_no_log_line_of_teamstore_formats_a_caught_error_whole_whose_str_holds_its_fix() -> None:
+    """``str()`` of a typed error is its message and its fix; a database error's holds its statement and values.
+    Each log line takes the message (or :func:`teamstore.db.engine.describe_failure`) instead."""
+    levels = {"debug", "info", "warning", "error", "exception", "critical", "log"}
+    whole = []
+    top = Path(__file__).resolve().parents[1]
+    for source in sorted([*(top / "platform" / "teamstore").rglob("*.py"), *(top / "config_registry").rglob("*.py")]):
+        for handler in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+            if not isinstance(handler, ast.ExceptHandler) or handler.name is None:
+                continue
+            for call in ast.walk(ast.Module(body=handler.body, type_ignores=[])):
+                if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr in levels
+                        and isinstance(call.func.value, ast.Name) and "log" in call.func.value.id.lower()
+                        and any(isinstance(arg, ast.Name) and arg.id == handler.name for arg in call.args)):
+                    whole.append(f"{source}:{call.lineno}")
+    assert not whole, whole
 
 
 async def test_autogens_records_leave_failures_out_under_a_record_factory_set_since_and_one_that_replaced_it(

@@ -255,7 +255,7 @@ async def _call(
     except TeamstoreError as exc:
         # An audit observer must never fail a user's run; each one keeps its own outbox for retries. A
         # typed error's message names no user and no content; its chained cause might, so no traceback.
-        log.error("observer %s.%s failed: %s", type(observer).__name__, hook, exc)
+        log.error("observer %s.%s failed: %s", type(observer).__name__, hook, exc.message)
     except Exception as exc:
         # Not one of teamstore's typed errors: its message may quote the item or the ids it was handed (a
         # KeyError, a ValueError of an encoder), so the log says its type and where it was raised, not what.

@@ -24,6 +24,7 @@ from teamstore.audit.price_sync import PriceSync
 from teamstore.audit.pseudonyms import Pseudonyms
 from teamstore.audit.schema import ledger_name
 from teamstore.audit.transcripts.record import RunKeys
+from teamstore.db.engine import describe_failure
 from teamstore.errors import TeamstoreError
 from teamstore.events import LaterCalls, RunContext, RunOutcome, StreamItem
 
@@ -134,7 +135,8 @@ class LedgerObserver:
             await self.prices.ensure(self.engine, {ledger_name(call.model) for call in outcome.model_calls})
         except (TeamstoreError, SQLAlchemyError) as exc:  # the ledger row is written; prices can wait
             log.warning("could not write the prices of the run's models for the session_costs view: %s "
-                        "(the next run tries again; `teamstore prices sync` does it now)", exc)
+                        "(the next run tries again; `teamstore prices sync` does it now)",
+                        exc.message if isinstance(exc, TeamstoreError) else describe_failure(exc))
 
     async def drain(self) -> None:
         """At shutdown: close the connections the audit's statements opened."""

@@ -47,6 +47,7 @@ from teamstore.audit.transcripts import (
     transcript_store_from_settings,
 )
 from teamstore.audit.transcripts.record import encode_lines, item_line, run_record, sealed_context
+from teamstore.db.engine import describe_failure
 from teamstore.errors import ErasureInProgress, TeamstoreError, TranscriptNotFound, UploadInDoubt
 from teamstore.events import RunContext, RunObserver, RunOutcome, StreamItem
 from teamstore.keys.service import DataKey, KeyService
@@ -206,7 +207,7 @@ class TranscriptObserver:
             found = await outbox.holds(self.engine, row.run_id) or await self._stored(row.object_key)
         except TeamstoreError as exc:
             log.warning("transcript of run %s: could not tell whether an earlier attempt wrote it (%s); "
-                        "writing it", row.run_id, exc)
+                        "writing it", row.run_id, exc.message)
             return False
         if found:
             log.info("transcript of run %s was written by the attempt that ended the run; not written again",
@@ -290,7 +291,7 @@ class TranscriptObserver:
         try:
             outcome = await outbox.follow(self.engine, self.store, row, self.owner, upload, self.late_upload_s)
         except TeamstoreError as exc:
-            log.warning("transcript of run %s: could not record how its late upload ended: %s", row.run_id, exc)
+            log.warning("transcript of run %s: could not record how its late upload ended: %s", row.run_id, exc.message)
             return
         if outcome.delivered:
             log.info("transcript of run %s was delivered late; dropped from the outbox", row.run_id)
@@ -307,7 +308,10 @@ class TranscriptObserver:
         try:
             report = await outbox.flush(self.engine, self.store, limit=100, late_upload_s=self.late_upload_s)
         except (TeamstoreError, SQLAlchemyError) as exc:
-            log.warning("opportunistic outbox flush failed: %s", exc)
+            # A typed error's message only: its fix may name what is typed again. A database error without its
+            # statement or values.
+            log.warning("opportunistic outbox flush failed: %s",
+                        exc.message if isinstance(exc, TeamstoreError) else describe_failure(exc))
             return
         if report.delivered or report.failed:
             log.info("outbox: delivered %d, %d still queued", report.delivered, report.remaining)

@@ -247,7 +247,7 @@ class LeaseKeeper:
         try:
             held = await self._held()
         except StorageError as exc:
-            log.warning("could not renew the session lease; retrying: %s", exc)
+            log.warning("could not renew the session lease; retrying: %s", exc.message)
             held = True
         if not held:
             log.warning("session lease lost (held past its TTL without renewal); the save will be refused")

@@ -333,7 +333,7 @@ class Run:
         try:
             landed = await self._host.checkpoint_landed(self.ctx.run_id, self._being_written[1])
         except TeamstoreError as exc:
-            log.warning("could not read back whether the stopped run's last checkpoint was written: %s", exc)
+            log.warning("could not read back whether the stopped run's last checkpoint was written: %s", exc.message)
             self._not_read_back = True
             return
         if landed:
@@ -356,7 +356,7 @@ class Run:
             await to_the_end(self._host.write_checkpoint(text, last=True))
         except TeamstoreError as exc:  # the run's own error is the one raised; these calls stay unrecorded
             # (unless a write left unanswered landed: the next worker reads whichever checkpoint the row holds)
-            log.warning("could not add the stopped run's last model calls to its checkpoint: %s", exc)
+            log.warning("could not add the stopped run's last model calls to its checkpoint: %s", exc.message)
 
     def _reported(self, exc: BaseException) -> BaseException:
         """What the caller gets: the typed error that stopped the run at a checkpoint, rather than the

@@ -325,7 +325,7 @@ class Session(SessionRuns):
         try:
             await self._writes.give_back()  # after a save under way
         except StorageError as exc:  # it expires at its TTL: no keeper renews it any more
-            log.warning("could not give back the lease of a session open as its platform closed: %s", exc)
+            log.warning("could not give back the lease of a session open as its platform closed: %s", exc.message)
 
     async def _stop_running(self) -> None:
         """Cut off: stop the run in flight at once, and give its audit (or the last completed run's) a while to
@@ -357,7 +357,7 @@ class Session(SessionRuns):
             return exc
         except StorageError as exc:
             log.warning("could not learn whether the session still holds its lease (%s); its memory is not "
-                        "written now", exc)
+                        "written now", exc.message)
             self._said = []
         return None
 
@@ -388,4 +388,4 @@ class Session(SessionRuns):
             await self._release()
         except StorageError as exc:
             # The save error being raised matters more; an unreleased lease expires on its own.
-            log.warning("could not release the session lease after a failed save: %s", exc)
+            log.warning("could not release the session lease after a failed save: %s", exc.message)
