@@ -363,9 +363,11 @@ async def erase_user(
     finally:
         await app.aclose()
     if check and not receipt.ok:
+        # Named as log lines name it: an id the caller gave may hold a user's email, and a service logs this.
         raise ErasureIncomplete(
-            f"erasure request {receipt.request_id} ended {receipt.status}",
-            hint=f"see `teamstore erase status {receipt.request_id}`; rerun the same request id to resume",
+            f"erasure {receipt.logged_as or '(a dry run)'} ended {receipt.status}",
+            hint="`teamstore erase status` with the request id (the error's receipt.request_id) prints its receipt; "
+            "rerun the same request id to resume",
             receipt=receipt,
         )
     return receipt

@@ -505,7 +505,8 @@ async def test_a_new_request_id_differing_from_a_stored_one_only_in_letter_case_
             with pytest.raises(ErasureConflict, match="only in letter case or surrounding spaces") as refused:
                 await coordinator(engine, folder).run("jo", request_id=twin, dry_run=dry_run)
             hint = refused.value.hint or ""
-            assert repr(stored) in refused.value.message and f"teamstore erase status {shlex.quote(stored)}" in hint
+            assert repr(stored) in hint and f"teamstore erase status {shlex.quote(stored)}" in hint
+            assert stored.strip().lower() not in refused.value.message.lower()  # named where it is typed again only
         with pytest.raises(ErasureConflict, match=repr(stored)):
             await requests.open_request(engine, twin, "jo", None, 30)
     assert sorted(r.request_id for r in await list_requests(engine)) == ["REQ-7", "REQ-8 "]

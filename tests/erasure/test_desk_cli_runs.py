@@ -196,7 +196,8 @@ def test_an_erasure_refused_for_another_request_open_for_the_user_names_no_id_it
 
     refused = cli("erase", "--user", "lee", "--yes", "--json")
 
-    assert refused.exit_code == 1 and "another erasure request (req-first) is open" in refused.stderr, refused.output
+    assert refused.exit_code == 1 and "another erasure request is open" in refused.stderr, refused.output
+    assert "--request-id req-first" in refused.stderr  # in the fix, where it is typed again
     assert "no --request-id was given" not in refused.stderr and "er-" not in refused.stderr, refused.stderr
     assert [r["request_id"] for r in _requests()] == ["req-first"]
 

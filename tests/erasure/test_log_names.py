@@ -15,9 +15,9 @@ from teamstore.audit.subjects import get_or_create_subject
 from teamstore.audit.transcripts.base import subject_prefix
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.db.identity import LOG_NAME_KEY, database_id, log_name_key
-from teamstore.erasure import RequestStatus
+from teamstore.erasure import RequestStatus, requests
 from teamstore.erasure.desk import list_requests
-from teamstore.errors import TranscriptUnavailable
+from teamstore.errors import ErasureConflict, TranscriptUnavailable
 from teamstore.ids import log_name
 from teamstore.state.schema import store_settings
 from tests.erasure.conftest import coordinator
@@ -83,6 +83,28 @@ async def test_a_request_id_teamstore_made_is_logged_as_it_is(
     assert [r.logged_as for r in await list_requests(engine)] == [done.request_id]
     dry = await coordinator(engine, store).run("judy", dry_run=True)
     assert dry.request_id is None and dry.logged_as is None  # a dry run opens no request: nothing to name
+
+
+async def test_no_typed_error_of_an_erasure_names_an_id_the_operator_gave_in_its_message_only_in_its_fix(
+    engine: AsyncEngine, tmp_path: Path,
+) -> None:
+    """A service logs an error's message (the coordinator logs nothing else of one); the fix names a stored id
+    only where the operator must type it again."""
+    store = RefusesDeletes(tmp_path / "t")
+    subject = await get_or_create_subject(engine, "ivan")
+    await store.put(f"{subject_prefix(subject)}sessions/s/runs/r.jsonl.gz", b"a transcript")
+    await get_or_create_subject(engine, "judy")
+    assert (await coordinator(engine, store).run("ivan", request_id=GIVEN)).status is RequestStatus.FAILED
+
+    with pytest.raises(ErasureConflict) as open_one:  # a second request for the user
+        await coordinator(engine, store).run("ivan", request_id="req-second")
+    with pytest.raises(ErasureConflict) as twin:  # another user's, under an id differing only in letter case
+        await coordinator(engine, store).run("judy", request_id=GIVEN.upper())
+    refusals = [open_one.value, twin.value, requests.taken_over(GIVEN)]
+
+    for refused in refusals:
+        assert CANARY not in refused.message.lower(), refused.message
+    assert all(GIVEN in (refused.hint or "") for refused in (open_one.value, twin.value))  # to be typed again
 
 
 def test_a_fingerprint_differs_by_key_and_by_id_and_only_teamstore_shaped_ids_are_kept() -> None:

@@ -61,6 +61,8 @@ async def test_erase_user_raises_unless_every_store_is_erased(
     await get_or_create_subject(engine, "judy")
     await engine.dispose()
     with pytest.raises(ErasureIncomplete, match="ended failed") as raised:
-        await erase_user("judy", settings=down, request_id="req-881")
+        await erase_user("judy", settings=down, request_id="gdpr-canary-881@example.com")
     receipt = raised.value.receipt
     assert isinstance(receipt, Receipt) and receipt.stores["transcripts"].status is StepStatus.FAILED
+    # A service logs the message: the id given (an email, as one may be) is named as log lines name it.
+    assert raised.value.message == f"erasure {receipt.logged_as} ended failed" and "canary" not in str(raised.value)

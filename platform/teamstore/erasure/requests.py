@@ -260,11 +260,12 @@ async def check_new_request(engine: AsyncEngine, request_id: str | None, user_id
 
 def twin_of(request_id: str, twins: list[str]) -> ErasureConflict:
     """The refusal of a new request id that differs from the stored ``twins`` only in letter case or spaces."""
-    named = " and ".join(repr(twin) for twin in twins)
+    # The stored ids are ones operators gave: named in the fix only, where the one meant is typed again.
+    named, stored = " and ".join(repr(twin) for twin in twins), "one" if len(twins) == 1 else str(len(twins))
     return ErasureConflict(
-        f"the request id given differs from the stored request {named} only in letter case or surrounding "
+        f"the request id given differs from {stored} stored request id(s) only in letter case or surrounding "
         "spaces: it would open a second request beside it",
-        hint=f"to resume or report that request, give its id exactly as stored (`teamstore erase status "
+        hint=f"to resume or report the stored request ({named}), give its id exactly as stored (`teamstore erase status "
         f"{shlex.quote(twins[0])}`); for another request, choose an id that differs in more than letter case",
     )
 
@@ -456,9 +457,12 @@ def already_open(other: str | None) -> ErasureConflict:
             "the retention sweep is forgetting this user right now (nothing of theirs was left)",
             hint="rerun this command in a minute: it then finds nothing held (no_match)",
         )
+    # An id the operator gave (a ticket, perhaps the user's email) goes in the fix only, where it is typed again:
+    # the message is what a service logs.
+    made = made_by_teamstore(other)
     return ErasureConflict(
-        f"another erasure request ({other or 'unknown'}) is open for this user",
-        hint=f"rerun that request id to resume it: `teamstore erase --user ... --request-id {other}`",
+        f"another erasure request{f' ({made})' if made else ''} is open for this user",
+        hint=f"rerun that request to resume it: `teamstore erase --user ... --request-id {shlex.quote(other)}`",
     )
 
 
