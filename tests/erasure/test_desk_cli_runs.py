@@ -16,12 +16,14 @@ import time
 from datetime import datetime, timedelta
 
 import pytest
+import typer
 from click.testing import Result
 
 from config_registry import Registry
 from teamstore import open_platform
+from teamstore.cli.erase import _interrupted
 from teamstore.errors import ErasureInProgress
-from tests.erasure.test_desk_cli import WIDE, _populate, _requests, cli
+from tests.erasure.test_desk_cli import WIDE, _open, _populate, _requests, cli
 
 
 @pytest.fixture(autouse=True, params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -128,6 +130,25 @@ def test_an_erasure_stopped_by_ctrl_c_sigterm_or_sighup_names_the_request_and_it
     first, second = receipt["attempts"]
     assert first["ended_at"] is not None and first["status"] is None  # stopped: ended without a verdict
     assert second["status"] == "completed"
+
+
+@pytest.mark.parametrize("opened", [False, True])
+def test_an_erasure_stopped_names_a_request_id_the_operator_gave_in_its_fix_only(
+    opened: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # stderr is often a job's log, kept past the user's erasure: the id may hold their email.
+    given = "gdpr-canary-7f3a@example.com"
+    _populate("vic")
+    if opened:
+        asyncio.run(_open(given, "vic"))  # stopped before it finished
+    capsys.readouterr()
+
+    with pytest.raises(typer.Exit):
+        _interrupted(given, True, 130)
+
+    said, fix = " ".join(capsys.readouterr().err.split()).split("fix:")
+    assert ("the user stays fenced" if opened else "nothing was changed") in said
+    assert "canary" not in said and f"--request-id {given} --yes" in fix
 
 
 def test_a_receipt_says_when_the_words_in_backups_become_unreadable_and_apart_when_their_ids_expire(

@@ -152,20 +152,23 @@ def _interrupted(request_id: str, yes: bool, code: int) -> NoReturn:
         return row.status if row is not None else None
 
     rerun = _rerun(request_id, yes)
+    # An id the operator gave is named in the fix only, where it is typed again; one teamstore made, in both.
+    made = requests.made_by_teamstore(request_id)
+    named = f"erasure request {made}" if made else "the erasure request"
     try:
         status = with_coordinator(stored, None)
     except (typer.Exit, KeyboardInterrupt):  # the database did not answer (its error is printed above)
-        interrupted(f"erasure request {request_id} was stopped, and where it stands could not be read",
+        interrupted(f"{named} was stopped, and where it stands could not be read",
                     f"`teamstore erase status {request_id}` says once the database answers; resume it: {rerun}",
                     code)
     if status is None:
-        interrupted(f"the erasure was stopped before request {request_id} was opened: nothing was changed, and the "
-                    "user is not fenced", f"run it again: {rerun}", code)
+        interrupted(f"the erasure was stopped before {f'request {made}' if made else 'its request'} was opened: "
+                    "nothing was changed, and the user is not fenced", f"run it again: {rerun}", code)
     if status in (RequestStatus.OPEN, RequestStatus.FAILED):
-        interrupted(f"erasure request {request_id} was stopped before it finished: it is {status}, and the user "
-                    "stays fenced (their new sessions, saves and uploads are refused) until it completes",
+        interrupted(f"{named} was stopped before it finished: it is {status}, and the user stays fenced (their "
+                    "new sessions, saves and uploads are refused) until it completes",
                     f"resume it: {rerun}; the steps it finished are not run again", code)
-    interrupted(f"erasure request {request_id} had ended {status} when it was stopped",
+    interrupted(f"{named} had ended {status} when it was stopped",
                 f"`teamstore erase status {request_id}` prints its receipt", code)
 
 
