@@ -149,8 +149,8 @@ async def check_store(ctx: StepContext, retention_days: int) -> None:
 
     Raises:
         TranscriptStoreMismatch: Stores are recorded for the subject and this one is not among those still
-            to empty (nor holds any of the subject's transcripts all the same), is recorded at another S3
-            endpoint than this erasure's client talks to, or is a folder this machine does not have; or none is, the ledger holds runs from before stores were recorded, and this store holds no
+            to empty (nor holds any of the subject's transcripts all the same), or is a folder this machine does
+            not have; or none is, the ledger holds runs from before stores were recorded, and this store holds no
             transcript of the subject.
         StoreUnavailable: The database could not be reached.
         TranscriptUnavailable, StorageError: The store could not be listed (asked only when it is not a store
@@ -168,8 +168,6 @@ async def check_store(ctx: StepContext, retention_days: int) -> None:
         if await holds_any(ctx.transcripts, subject_prefix(ctx.subject_key)):
             return
         raise await mismatch(ctx, pending, f"this erasure talks to {ours}, which {_erased_or_not(recorded, ours)}")
-    if ours in pending or ours in held:
-        await _check_endpoint(ctx, ctx.subject_key)
     if ours in pending and await missing_here(ctx.transcripts):
         # Listed here it would give nothing: the receipt would say no_match while the transcripts stay there.
         raise TranscriptStoreMismatch(
@@ -181,17 +179,6 @@ async def check_store(ctx: StepContext, retention_days: int) -> None:
         )
     if not recorded:
         await _check_unrecorded(ctx, ctx.subject_key, retention_days)
-
-
-async def _check_endpoint(ctx: StepContext, subject_key: str) -> None:
-    """The store talked to must be reached at the endpoint recorded for it, when one is (not before migration
-    0029): through another, a bucket of its name is another one, and listing it would say no_match while the
-    transcripts stay where they were written."""
-    recorded = (await recorded_endpoints(ctx.engine, subject_key)).get(ctx.transcripts.url)
-    here = store_endpoint(ctx.transcripts)
-    if recorded is not None and recorded != here:
-        raise await mismatch(ctx, [ctx.transcripts.url], f"it was written at {described(recorded)} and this erasure "
-                             f"talks to {described(here)}, where a bucket of its name is another one, or none")
 
 
 async def _check_unrecorded(ctx: StepContext, subject_key: str, retention_days: int) -> None:
