@@ -140,10 +140,6 @@ def fsync_folders(folders: Iterable[Path], *, within: Path) -> None:
             break
 
 
-def _missing(folder: Path) -> bool:
-    return not folder.is_dir()
-
-
 class FlushedFolders:
     """The folders at or below ``root`` whose names this process has flushed, with those of every folder above them
     to the filesystem's root: a store that writes many files into the same folders flushes a folder's name once,
@@ -167,8 +163,7 @@ class FlushedFolders:
         """Forget ``folder`` and each folder above it that is missing: call it before making them (made again, say,
         after a sweep removed it), so that no write finds one made but known flushed. A folder there already keeps
         its name as it was (the folder made in it is flushed by the write that makes it, :func:`fsync_name`)."""
-        missing = list(itertools.takewhile(_missing, self._chain(folder)))
-        self._known.difference_update(missing)
+        self._known.difference_update(itertools.takewhile(lambda step: not step.is_dir(), self._chain(folder)))
 
     def flush_up(self, folder: Path, flushed: Iterable[Path] = ()) -> None:
         """Flush the name of ``folder``, and of each folder above it up to ``root``, in the folder that holds it,
