@@ -160,10 +160,9 @@ class FlushedFolders:
         return [folder, *folder.parents][: len(folder.relative_to(self.root).parts) + 1]
 
     def forget(self, folder: Path) -> None:
-        """Forget ``folder`` and each folder above it that is missing: call it before making them (made again, say,
-        after a sweep removed it), so that no write finds one made but known flushed. A folder there already keeps
-        its name as it was (the folder made in it is flushed by the write that makes it, :func:`fsync_name`)."""
-        self._known.difference_update(itertools.takewhile(lambda step: not step.is_dir(), self._chain(folder)))
+        """Forget ``folder`` and each folder above it: call it before making any of them (made again, say, after a
+        sweep removed it), so that no write finds it made but known flushed."""
+        self._known.difference_update(self._chain(folder))
 
     def flush_up(self, folder: Path, flushed: Iterable[Path] = ()) -> None:
         """Flush the name of ``folder``, and of each folder above it up to ``root``, in the folder that holds it,

@@ -211,22 +211,6 @@ async def test_a_transcripts_bytes_are_flushed_before_its_rename_and_its_new_fol
     assert calls.flushed() == [second.source, path.parent]
 
 
-async def test_a_put_into_a_new_subject_flushes_the_folders_it_made_and_the_one_it_made_them_in_only(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The folders above a new subject's are as they were (known flushed): flushing them up to the filesystem's
-    # root again would cost every new user's first transcript a flush per folder.
-    store = LocalTranscriptStore(tmp_path / "transcripts")
-    await store.put(run_key(BOB, "r0"), b"bob's")
-    calls = record_disk_calls(monkeypatch)
-    key = run_key(ALICE, "r1")
-    await store.put(key, b"alice's words")
-    path = store.root.joinpath(*key.split("/"))
-    subject = store.root / "subjects" / ALICE.subject_key
-    made_in = [path.parent, path.parent.parent, subject / "sessions", subject, store.root / "subjects"]
-    assert calls.around(path).after == made_in
-
-
 @pytest.mark.parametrize("retried_by", ["the same store", "the same store, which had flushed them once", "a new process"])
 async def test_a_put_retried_after_one_that_failed_once_its_folders_were_made_flushes_their_names(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, retried_by: str
