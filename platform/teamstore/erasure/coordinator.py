@@ -418,16 +418,17 @@ class DeletionCoordinator:
         for step in self.steps:
             try:
                 left = await step.remaining(ctx)
-            except TeamstoreError as exc:
-                detail = f"final verification could not query the store: {exc}"
+            except TeamstoreError as exc:  # its fix may name the request id given: in the receipt, never logged
+                detail, logged = f"final verification could not query the store: {exc}", exc.message
             else:
                 if left.unexpected <= 0:
                     continue
                 detail = f"verification found {left.unexpected} item(s) after deletion; rerun the same request id"
+                logged = detail
             results[step.name] = results[step.name].model_copy(update={"status": StepStatus.FAILED, "detail": detail})
             await record.record_step(self.engine, ctx.request_id, step.name, results[step.name], ctx.owner)
             log.error("erasure %s: final verification of %s failed: %s", self._named(ctx.request_id), step.name,
-                      detail)
+                      logged)
 
     def _receipt(
         self, row: requests.RequestRow, results: dict[str, StoreResult], status: RequestStatus,
