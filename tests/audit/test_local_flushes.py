@@ -170,6 +170,22 @@ async def test_a_marker_whose_flush_failed_is_flushed_with_the_folders_name_by_t
     assert calls.flushed() == []
 
 
+async def test_a_marker_an_operator_linked_into_the_folder_is_flushed_through_its_link(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sqlite_engine: AsyncEngine
+) -> None:
+    # The marker is read through a link; flushing it must follow the link too, not refuse the folder as unmade.
+    root = tmp_path / "transcripts"
+    root.mkdir(mode=0o700)
+    scratch = LocalTranscriptStore(tmp_path / "scratch")
+    await make_here(scratch, sqlite_engine)
+    (root / MARKER).symlink_to(scratch.root / MARKER)
+    calls = record_disk_calls(monkeypatch)
+
+    await make_here(LocalTranscriptStore(root), sqlite_engine)
+
+    assert Path(os.path.realpath(scratch.root / MARKER)) in calls.flushed()
+
+
 async def test_a_transcript_whose_folder_cannot_be_flushed_after_its_rename_is_in_doubt_not_failed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

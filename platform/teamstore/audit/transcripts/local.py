@@ -192,11 +192,14 @@ class LocalTranscriptStore:
         if self._marker_flushed or not self.durable:
             return
         try:
-            fsync_file(self.root / MARKER)
+            fsync_file((self.root / MARKER).resolve())  # a marker an operator linked is read through its link too
             fsync_folder(self.root)
             self._flushed.flush_up(self.root)  # known flushed now: the next put does not flush it again
         except OSError as exc:
-            raise _unmade(self.root, exc) from exc
+            raise StorageError(
+                f"could not flush the transcript folder's marker in {self.root}: {exc.strerror or exc}",
+                hint="check the disk under TEAMSTORE_TRANSCRIPTS_URL, then run again",
+            ) from exc
         self._marker_flushed = True
 
     async def put(self, key: str, body: bytes, *, written_at: datetime | None = None) -> None:
