@@ -21,7 +21,6 @@ import pytest
 
 from tests.docker_engine import FakeDockerEngine
 from tests.services import Choice, Services, ServicesError, ServiceUnavailable, decide, free_port
-from tests.services.providers import MotoInProcess, Options
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -159,11 +158,45 @@ def test_with_docker_chosen_postgres_is_a_postgres_16_container_the_tests_reach_
 
 @pytest.fixture
 def fresh_moto() -> Iterator[str]:
-    """A moto server of its own, empty as a new container's: the readiness check reads all of moto's data,
-    which on the session's server, after the suite's writes, can outlast the check's timeout."""
-    moto = MotoInProcess(Options())
-    yield moto.start()
-    moto.stop()
+    """A moto server in a process of its own, empty as a new container's. The readiness check reads all of
+    moto's data, and moto keeps its data per process, not per server: a server in this process would answer with
+    the suite's writes, which can outlast the check's timeout, and with objects whose bucket a test has deleted,
+    on which moto's data page fails."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+@pytest.mark.s3
+def test_the_fresh_moto_answers_its_data_page_after_this_process_deleted_a_bucket_whose_object_was_deleted(
+    s3_endpoint: str, fresh_moto: str
+) -> None:
+    import urllib.request
+
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1", aws_access_key_id="testing",
+                          aws_secret_access_key="testing")
+    client.create_bucket(Bucket="gone-before-the-check")
+    client.put_object(Bucket="gone-before-the-check", Key="k", Body=b"x")
+    client.delete_object(Bucket="gone-before-the-check", Key="k")
+    client.delete_bucket(Bucket="gone-before-the-check")
+    with urllib.request.urlopen(f"{fresh_moto}/moto-api/data.json", timeout=30) as page:
+        assert page.status == 200
 
 
 @pytest.mark.s3
