@@ -151,6 +151,23 @@ def test_an_erasure_stopped_names_a_request_id_the_operator_gave_in_its_fix_only
     assert "canary" not in said and f"--request-id {given} --yes" in fix
 
 
+def test_an_erasure_stopped_quotes_a_given_request_id_for_the_shell_in_its_fix(
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    given = "ticket 42; rm -rf $HOME"  # spaces and shell words are allowed in a ticket id
+    _populate("wes")
+    asyncio.run(_open(given, "wes"))
+    capsys.readouterr()
+
+    with pytest.raises(typer.Exit):
+        _interrupted(given, True, 130)
+
+    fix = " ".join(capsys.readouterr().err.split()).split("fix:")[1]
+    command = re.search(r"`(teamstore erase --user \.\.\. --request-id .*? --yes)`", fix)
+    assert command is not None, fix
+    assert shlex.split(command.group(1))[5] == given
+
+
 def test_a_receipt_says_when_the_words_in_backups_become_unreadable_and_apart_when_their_ids_expire(
     registry: Registry,
 ) -> None:

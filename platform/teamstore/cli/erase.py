@@ -23,6 +23,7 @@ This module holds the erasure and ``status``; the desk's ``list`` and ``extend``
 
 from __future__ import annotations
 
+import shlex
 import sys
 from typing import TYPE_CHECKING, NoReturn
 
@@ -159,7 +160,8 @@ def _interrupted(request_id: str, yes: bool, code: int) -> NoReturn:
         status = with_coordinator(stored, None)
     except (typer.Exit, KeyboardInterrupt):  # the database did not answer (its error is printed above)
         interrupted(f"{named} was stopped, and where it stands could not be read",
-                    f"`teamstore erase status {request_id}` says once the database answers; resume it: {rerun}",
+                    f"`teamstore erase status {shlex.quote(request_id)}` says once the database answers; resume it: "
+                    f"{rerun}",
                     code)
     if status is None:
         interrupted(f"the erasure was stopped before {f'request {made}' if made else 'its request'} was opened: "
@@ -169,12 +171,14 @@ def _interrupted(request_id: str, yes: bool, code: int) -> NoReturn:
                     "new sessions, saves and uploads are refused) until it completes",
                     f"resume it: {rerun}; the steps it finished are not run again", code)
     interrupted(f"{named} had ended {status} when it was stopped",
-                f"`teamstore erase status {request_id}` prints its receipt", code)
+                f"`teamstore erase status {shlex.quote(request_id)}` prints its receipt", code)
 
 
 def _rerun(request_id: str, yes: bool) -> str:
-    """The command that resumes request ``request_id``; the user's id is left out (stderr is often a job's log)."""
-    return f"`teamstore erase --user ... --request-id {request_id}{' --yes' if yes else ''}` (the same user id)"
+    """The command that resumes request ``request_id``, its id quoted for the shell; the user's id is left out
+    (stderr is often a job's log)."""
+    return (f"`teamstore erase --user ... --request-id {shlex.quote(request_id)}{' --yes' if yes else ''}` "
+            "(the same user id)")
 
 
 def _say_made(request_id: str, yes: bool) -> None:
@@ -189,14 +193,19 @@ def _say_made(request_id: str, yes: bool) -> None:
 def _note_kept(receipt: Receipt, reason: str | None, requested_by: str | None) -> None:
     """Say which given ``--reason`` or ``--requested-by`` a rerun did not record: a request keeps the first one
     it was given (and a finished one is only reported), so the receipt shows the stored one, not this. Neither
-    value is repeated here: a reason or a requester may name the user, and stderr is often a job's log."""
+    value is repeated here, nor a request id the operator gave: a reason, a requester or a given id may name the
+    user, and stderr is often a job's log (one teamstore made is named)."""
+    from teamstore.erasure.requests import made_by_teamstore
+
+    made = made_by_teamstore(receipt.request_id)
+    named = f"request {made}" if made else "the request"
     for option, given, stored in (("--reason", reason, receipt.reason),
                                   ("--requested-by", requested_by, receipt.requested_by)):
         if given is None or given == stored:
             continue
         kept = (f"keeps the {option[2:]} it was first given (its receipt shows it)" if stored is not None else
                 f"is {receipt.status} and has no {option[2:]}: a finished request is only reported")
-        err_console.print(f"[yellow]note[/]: request {plain(receipt.request_id)} {plain(kept)}; the {option} "
+        err_console.print(f"[yellow]note[/]: {plain(named)} {plain(kept)}; the {option} "
                           "given now was not recorded")
 
 

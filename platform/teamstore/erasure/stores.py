@@ -17,6 +17,7 @@ transcript retention, the store talked to must hold some of the subject's transc
 from __future__ import annotations
 
 import hashlib
+import shlex
 from datetime import timedelta
 
 from sqlalchemy import func, select
@@ -225,7 +226,7 @@ def what_stays(ctx: StepContext) -> str:
 
 def same_request(ctx: StepContext) -> str:
     """How a refusal's fix names the rerun: the same request id (a dry run: the same user)."""
-    return f"the same --request-id {ctx.request_id}" if ctx.request_id else "the same user"
+    return f"the same --request-id {shlex.quote(ctx.request_id)}" if ctx.request_id else "the same user"
 
 
 async def _unrecorded_runs(ctx: StepContext, retention_days: int) -> int:
