@@ -197,7 +197,7 @@ def _note_kept(receipt: Receipt, reason: str | None, requested_by: str | None) -
     user, and stderr is often a job's log (one teamstore made is named)."""
     from teamstore.erasure.requests import made_by_teamstore
 
-    made = made_by_teamstore(receipt.request_id)
+    made = made_by_teamstore(receipt.request_id) if receipt.request_id else None
     named = f"request {made}" if made else "the request"
     for option, given, stored in (("--reason", reason, receipt.reason),
                                   ("--requested-by", requested_by, receipt.requested_by)):
