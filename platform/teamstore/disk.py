@@ -160,9 +160,15 @@ class FlushedFolders:
         return [folder, *folder.parents][: len(folder.relative_to(self.root).parts) + 1]
 
     def forget(self, folder: Path) -> None:
-        """Forget ``folder`` and each folder above it: call it before making any of them (made again, say, after a
-        sweep removed it), so that no write finds it made but known flushed."""
-        self._known.difference_update(self._chain(folder))
+        """Forget ``folder`` and each folder above it below ``root``: call it before making any of them (made again,
+        say, after a sweep removed it), so that no write finds it made but known flushed. ``root`` itself is kept,
+        unless it is not there: teamstore never removes a store's root, so a root known flushed is the same folder
+        still, and a put into a new subject does not flush every folder above it again; one an operator removed is
+        made again, and its name flushed up to the filesystem's root."""
+        chain = self._chain(folder)
+        if chain[-1] == self.root and self.root.is_dir():
+            chain.pop()
+        self._known.difference_update(chain)
 
     def flush_up(self, folder: Path, flushed: Iterable[Path] = ()) -> None:
         """Flush the name of ``folder``, and of each folder above it up to ``root``, in the folder that holds it,

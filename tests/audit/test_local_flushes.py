@@ -227,6 +227,44 @@ async def test_a_transcripts_bytes_are_flushed_before_its_rename_and_its_new_fol
     assert calls.flushed() == [second.source, path.parent]
 
 
+async def test_a_put_into_a_new_subject_flushes_its_folders_up_to_the_stores_root_not_above_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each new user's first transcript: the folders above the store's root were flushed by its first put.
+    store = LocalTranscriptStore(tmp_path / "transcripts")
+    await store.put(run_key(BOB, "r0"), b"bob's")
+    calls = record_disk_calls(monkeypatch)
+    key = run_key(ALICE, "r1")
+    await store.put(key, b"alice's words")
+    path = store.root.joinpath(*key.split("/"))
+    subject = store.root / "subjects" / ALICE.subject_key
+    assert calls.around(path).after == [path.parent, path.parent.parent, subject / "sessions", subject,
+                                        store.root / "subjects", store.root]
+
+    # A sweep removed subjects/ (every transcript past retention): its name is flushed in the root again.
+    await store.delete(run_key(ALICE, "r1"))
+    await store.delete(run_key(BOB, "r0"))
+    assert not (store.root / "subjects").exists()
+    calls.calls.clear()
+    await store.put(key, b"alice's words again")
+    assert calls.around(path).after[-2:] == [store.root / "subjects", store.root]
+
+
+async def test_a_stores_root_an_operator_removed_is_made_again_and_its_name_flushed_up_to_the_top(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    store = LocalTranscriptStore(tmp_path / "transcripts")
+    await store.put(run_key(BOB, "r0"), b"bob's")
+    shutil.rmtree(store.root)
+    calls = record_disk_calls(monkeypatch)
+    key = run_key(ALICE, "r1")
+    await store.put(key, b"alice's words")
+    path = store.root.joinpath(*key.split("/"))
+    assert calls.around(path).after[-len(_to_the_top(store.root)):] == _to_the_top(store.root)
+
+
 @pytest.mark.parametrize("retried_by", ["the same store", "the same store, which had flushed them once", "a new process"])
 async def test_a_put_retried_after_one_that_failed_once_its_folders_were_made_flushes_their_names(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, retried_by: str
