@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import itertools
 import pkgutil
 import re
 from typing import Any
@@ -88,6 +89,12 @@ _PRINTS = re.compile(r"(?:.*[/\\])?(?:echo|printf)(?:\.exe)?", re.IGNORECASE | r
 _REDIRECTION = re.compile(r"\d*[<>]+&?\d*")
 # A URL's path and query without its scheme and host (an HttpTool's ``path``: ``/v1/search?api_key=...``).
 _URL_PATH = re.compile(r"/\S*[?#]\S*\Z")
+# The last words of a name whose value names a secret a secret store keeps (names_stored_secret): "SECRET_ID".
+_SECRET_REFERENCE_LAST = frozenset({"id", "arn", "ref", "reference"})
+_SECRET_ARN = re.compile(r"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[A-Za-z0-9/_+=.@-]+")
+_GOOGLE_SECRET = re.compile(r"projects/[A-Za-z0-9_-]+/secrets/[A-Za-z0-9_-]+(?:/versions/(?:latest|\d+))?")
+_SECRET_NAME = re.compile(r"[A-Za-z0-9/_+=.@-]{1,512}")  # the characters a Secrets Manager name may hold
+_NAME_SEPARATORS = re.compile(r"[/_+=.@-]")
 
 
 def url_credential(value: str) -> str | None:
@@ -385,6 +392,8 @@ def is_reference_setting(name: str, value: str) -> bool:
     (``X-Api-Key``), or a header line whose value is no secret's (:func:`_header_left_out`), rather than the
     credential itself."""
     words, value = name_words(name), value.strip()
+    if words[-2:-1] in (["secret"], ["secrets"]) and words[-1] in _SECRET_REFERENCE_LAST:
+        return names_stored_secret(value)
     if words[-1:] in (["header"], ["headers"]):
         return _header_left_out(value)
     if words[-1:] == ["file"]:
@@ -393,6 +402,29 @@ def is_reference_setting(name: str, value: str) -> bool:
         return False
     google = words == _GOOGLE_CREDENTIALS and value.lower().endswith(".json")
     return bool(_PATH.fullmatch(value)) or (google and _is_file_path(value))
+
+
+def names_stored_secret(value: str) -> bool:
+    """Whether ``value``, given to a ``SECRET_ID``, ``SECRET_ARN`` or ``SECRET_REF`` (AWS's ``--secret-id``,
+    a Kubernetes ``secretRef``), names a secret a secret store keeps rather than being one: an AWS Secrets
+    Manager ARN, a Google Secret Manager resource name (``projects/p/secrets/db/versions/latest``), or a name
+    made of words (``prod/db``, ``crm-db-password``: :func:`_a_names_word`). HashiCorp Vault's AppRole
+    ``secret_id`` is a credential, a UUID: a word that mixes letters and digits past six characters, or any
+    known key shape, is one."""
+    if _SECRET_ARN.fullmatch(value) or _GOOGLE_SECRET.fullmatch(value):
+        return True
+    if not _SECRET_NAME.fullmatch(value) or known_shape(value) is not None:
+        return False
+    return all(_a_names_word(word) for word in _NAME_SEPARATORS.split(value) if word)
+
+
+def _a_names_word(word: str) -> bool:
+    """A word of a secret's name rather than of a token: up to six characters (``v2``, ``2024``, ``prod1``),
+    or letters alone, 24 at most, whose case changes twice at most (``prod``, ``CRM``, ``dbPassword``)."""
+    if len(word) <= 6:
+        return True
+    changes = sum(a.isupper() != b.isupper() for a, b in itertools.pairwise(word))
+    return word.isalpha() and len(word) <= 24 and changes <= 2
 
 
 def _is_file_path(value: str) -> bool:

@@ -336,3 +336,34 @@ def test_a_dummy_key_set_before_a_command_in_a_shells_script_is_judged_by_its_fi
     component = _component(args=args)
     component["config"]["workbench"][0]["config"]["server_params"]["command"] = command
     assert apply_references(component, {}) == component
+
+
+STORED_SECRETS_NAMED = {
+    "SECRET_ID": "prod/db",
+    "AWS_SECRET_ARN": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:prod/crm-db-AbCdEf",
+    "DB_SECRET_REF": "projects/acme/secrets/crm-db/versions/latest",
+    "SECRETS_REFERENCE": "crm-db-password",
+}
+
+
+def test_a_secret_stores_name_for_a_secret_is_stored_in_fields_variables_flags_and_command_lines() -> None:
+    # AWS's `--secret-id`, a Kubernetes secretRef, Google's resource name: where the secret is, not the secret.
+    component = _component(
+        env={**STORED_SECRETS_NAMED, "STARTUP": "LOG=1 app --secret-id prod/db"},
+        fields={name.lower(): value for name, value in STORED_SECRETS_NAMED.items()},
+        args=["-c", "aws secretsmanager get-secret-value --secret-id prod/crm-db --query SecretString "
+                    "--secret-arn=arn:aws:secretsmanager:us-east-1:123456789012:secret:x-AbCdEf"],
+    )
+    assert apply_references(component, {}) == component
+    source = "def lookup(query: str) -> str:\n    return fetch(secret_id='prod/db', secret_ref='crm-db-password')\n"
+    assert apply_references(_component(source=source), {}) == _component(source=source)
+
+
+@pytest.mark.parametrize("value", [
+    "6a1f0c2e-93b4-4b7a-8f0e-2d1c9e8b7a65",  # HashiCorp Vault's AppRole secret_id: a credential
+    "hunter2SECRET9f8e", "hUnTeRsEcReTvAlUe", "sk-proj-hunter2SECRET0123456789", "prod/db hunter2SECRET",
+])
+def test_a_secret_given_under_a_secret_id_is_refused(value: str) -> None:
+    for env, args in (({"VAULT_SECRET_ID": value}, None), (None, ["-c", f"app --secret-id '{value}' serve"])):
+        refused = _refused(_component(env=env, args=args))
+        assert value not in f"{refused.message} {refused.hint}"
