@@ -88,6 +88,12 @@ _CODE_KEY_KINDS = frozenset({
 })
 # The last words of a name for a key or a token, which a dummy key may be given (credentials.holds_no_credential).
 _KEY_OR_TOKEN_WORDS = ("key", "keys", "token", "tokens")
+# ... unless a word before says it is an application's own secret, never a model server's key: Django's
+# SECRET_KEY, a JWT's signing key, an encryption, private or master key, a session token.
+_OWN_SECRETS_WORDS = frozenset({
+    "secret", "secrets", "private", "signing", "encryption", "master", "jwt", "hmac", "session", "cookie", "csrf",
+    "django", "flask", "rails", "app",
+})
 
 
 def name_words(name: str) -> list[str]:
@@ -165,6 +171,7 @@ def holds_secret_command(name: str) -> bool:
 def names_key_or_token(name: str) -> bool:
     """Whether a name's last word says it holds a key or a token (``api_key``, ``OPENAI_API_KEY``, ``apiKey``,
     ``XAPIKEY``, Ollama's ``ANTHROPIC_AUTH_TOKEN``) rather than a password or a secret: what a local model
-    server's dummy key stands in for, where a dummy-looking password is still a password."""
+    server's dummy key stands in for, where a dummy-looking password is still a password, and so is an
+    application's own secret key (``SECRET_KEY``, ``JWT_SIGNING_KEY``: :data:`_OWN_SECRETS_WORDS`)."""
     words = name_words(name)
-    return bool(words) and words[-1].endswith(_KEY_OR_TOKEN_WORDS)
+    return bool(words) and words[-1].endswith(_KEY_OR_TOKEN_WORDS) and not set(words) & _OWN_SECRETS_WORDS

@@ -110,6 +110,13 @@ def test_a_real_looking_key_in_a_model_clients_config_is_refused_at_registration
         (_component(fields={"client_secret": "placeholder"}), "config.client_secret"),
         (_component(env={"PGPASSWORD": "dummy"}), f"config.{SERVER}.env.PGPASSWORD"),
         (_component(source='SMTP_PASSWORD = "lm-studio"\n'), f"config.{SOURCE}"),
+        # an application's own secret key: Django's, a JWT's signing key, an encryption key, a session token
+        (_component(env={"SECRET_KEY": "x"}), f"config.{SERVER}.env.SECRET_KEY"),
+        (_component(source='SECRET_KEY = "dummy"\n'), f"config.{SOURCE}"),
+        (_component(fields={"jwt_signing_key": "none"}), "config.jwt_signing_key"),
+        (_component(env={"ENCRYPTION_KEY": "placeholder"}), f"config.{SERVER}.env.ENCRYPTION_KEY"),
+        (_component(env={"AWS_SESSION_TOKEN": "x"}), f"config.{SERVER}.env.AWS_SESSION_TOKEN"),
+        (_component(args=["--secret-key", "x"]), f"config.{SERVER}.args.1"),
     ],
 )
 def test_a_dummy_under_a_passwords_or_a_secrets_name_is_still_refused(component: dict[str, Any], field: str) -> None:
