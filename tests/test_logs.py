@@ -348,14 +348,58 @@ def test_no_log_line_of_teamstore_formats_a_caught_error_whole_whose_str_holds_i
     top = Path(__file__).resolve().parents[1]
     for source in sorted([*(top / "platform" / "teamstore").rglob("*.py"), *(top / "config_registry").rglob("*.py")]):
         for handler in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
-            if not isinstance(handler, ast.ExceptHandler) or handler.name is None:
+            if not isinstance(handler, ast.ExceptHandler):
                 continue
+            caught = handler.name or ""  # unnamed: only a traceback (exc_info, .exception) logs it whole
             for call in ast.walk(ast.Module(body=handler.body, type_ignores=[])):
                 if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr in levels
                         and isinstance(call.func.value, ast.Name) and "log" in call.func.value.id.lower()
-                        and any(isinstance(arg, ast.Name) and arg.id == handler.name for arg in call.args)):
+                        and _logs_whole(call, caught)):
                     whole.append(f"{source}:{call.lineno}")
     assert not whole, whole
+
+
+# What a log line may take of a caught error: its type's name, or the database error's failure described.
+_TAKES_PART = {"type", "describe_failure", "isinstance"}
+
+
+def _uses_whole(node: ast.AST, name: str) -> bool:
+    """Whether ``node`` uses the caught error ``name`` whole: passed as it is, formatted into a string (an f-string,
+    ``%``, ``str()``, ``repr()``, ``.format``), rather than by an attribute (``exc.message``) or its type."""
+    parents = {child: parent for parent in ast.walk(node) for child in ast.iter_child_nodes(parent)}
+    for found in ast.walk(node):
+        if not (isinstance(found, ast.Name) and found.id == name):
+            continue
+        parent = parents.get(found)
+        if isinstance(parent, ast.Attribute):
+            continue
+        if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and parent.func.id in _TAKES_PART:
+            continue
+        return True
+    return False
+
+
+def _logs_whole(call: ast.Call, caught: str) -> bool:
+    """Whether a log call in the handler of ``caught`` logs it whole: in an argument, or by its traceback."""
+    assert isinstance(call.func, ast.Attribute)
+    traceback = call.func.attr == "exception" or any(
+        k.arg == "exc_info" and not (isinstance(k.value, ast.Constant) and not k.value.value) for k in call.keywords)
+    return traceback or any(_uses_whole(arg, caught) for arg in [*call.args, *(k.value for k in call.keywords)])
+
+
+def test_the_scan_for_errors_logged_whole_finds_each_way_of_logging_one() -> None:
+    def scanned(line: str) -> bool:
+        handler = ast.parse(f"try:\n    pass\nexcept Exception as exc:\n    {line}\n").body[0].handlers[0]  # type: ignore[attr-defined]
+        return _logs_whole(handler.body[0].value, "exc")
+
+    for logged_whole in ('log.warning("failed: %s", exc)', 'log.warning(f"failed: {exc}")',
+                         'log.warning("failed: %s" % exc)', 'log.warning("failed: %s", str(exc))',
+                         'log.warning("failed: {}".format(exc))', 'log.warning("failed", exc_info=True)',
+                         'log.warning("failed: %r", repr(exc))', 'log.exception("failed")'):
+        assert scanned(logged_whole), logged_whole
+    for logged_in_part in ('log.warning("failed: %s", exc.message)', 'log.warning("failed (%s)", type(exc).__name__)',
+                           'log.warning(f"failed: {exc.message}")', 'log.warning("failed: %s", describe_failure(exc))'):
+        assert not scanned(logged_in_part), logged_in_part
 
 
 async def test_autogens_records_leave_failures_out_under_a_record_factory_set_since_and_one_that_replaced_it(
