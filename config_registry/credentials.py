@@ -91,10 +91,16 @@ _REDIRECTION = re.compile(r"\d*[<>]+&?\d*")
 _URL_PATH = re.compile(r"/\S*[?#]\S*\Z")
 # The last words of a name whose value names a secret a secret store keeps (names_stored_secret): "SECRET_ID".
 _SECRET_REFERENCE_LAST = frozenset({"id", "arn", "ref", "reference"})
-_SECRET_ARN = re.compile(r"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[A-Za-z0-9/_+=.@-]+")
-_GOOGLE_SECRET = re.compile(r"projects/[A-Za-z0-9_-]+/secrets/[A-Za-z0-9_-]+(?:/versions/(?:latest|\d+))?")
-_SECRET_NAME = re.compile(r"[A-Za-z0-9/_+=.@-]{1,512}")  # the characters a Secrets Manager name may hold
-_NAME_SEPARATORS = re.compile(r"[/_+=.@-]")
+_SECRET_STORE_NAMES = (
+    re.compile(r"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[A-Za-z0-9/_+=.@!-]+(?::[A-Za-z0-9_.-]*){0,3}"),
+    re.compile(r"projects/[A-Za-z0-9_-]+(?:/locations/[a-z0-9-]+)?/secrets/[A-Za-z0-9_-]+"
+               r"(?:/versions/(?:latest|\d+))?"),
+    re.compile(r"https://[a-z0-9-]+\.vault\.(?:azure\.net|usgovcloudapi\.net|azure\.cn)/secrets/[A-Za-z0-9-]+"
+               r"(?:/[0-9a-f]{32})?/?"),
+    re.compile(r"op://[^/\n]+/[^/\n]+(?:/[^/\n]+){1,2}"),
+)
+_SECRET_NAME = re.compile(r"[A-Za-z/_.-]{1,512}")  # a path of words: no digit, nor a symbol a password takes
+_NAME_SEPARATORS = re.compile(r"[_.-]")
 
 
 def url_credential(value: str) -> str | None:
@@ -407,24 +413,25 @@ def is_reference_setting(name: str, value: str) -> bool:
 def names_stored_secret(value: str) -> bool:
     """Whether ``value``, given to a ``SECRET_ID``, ``SECRET_ARN`` or ``SECRET_REF`` (AWS's ``--secret-id``,
     a Kubernetes ``secretRef``), names a secret a secret store keeps rather than being one: an AWS Secrets
-    Manager ARN, a Google Secret Manager resource name (``projects/p/secrets/db/versions/latest``), or a name
-    made of words (``prod/db``, ``crm-db-password``: :func:`_a_names_word`). HashiCorp Vault's AppRole
-    ``secret_id`` is a credential, a UUID: a word that mixes letters and digits past six characters, or any
-    known key shape, is one."""
-    if _SECRET_ARN.fullmatch(value) or _GOOGLE_SECRET.fullmatch(value):
+    Manager ARN (a JSON key after it too, as ECS's ``valueFrom`` has it), a Google Secret Manager resource name
+    (``projects/p/secrets/db/versions/latest``, a regional one too), an Azure Key Vault secret's URI, a 1Password
+    ``op://`` reference, or a path of words (``prod/db``, ``crm/db-password``: :func:`_a_names_segment`).
+    A single word is not one: HashiCorp Vault's AppRole ``secret_id`` is a credential (a UUID, or any string
+    given), and a password may read as a word or a name (``letmein``, ``correct-horse-battery``)."""
+    if any(pattern.fullmatch(value) for pattern in _SECRET_STORE_NAMES):
         return True
-    if not _SECRET_NAME.fullmatch(value) or known_shape(value) is not None:
-        return False
-    return all(_a_names_word(word) for word in _NAME_SEPARATORS.split(value) if word)
+    segments = value.split("/")
+    return (len(segments) > 1 and _SECRET_NAME.fullmatch(value) is not None and known_shape(value) is None
+            and all(map(_a_names_segment, segments)))
 
 
-def _a_names_word(word: str) -> bool:
-    """A word of a secret's name rather than of a token: up to six characters (``v2``, ``2024``, ``prod1``),
-    or letters alone, 24 at most, whose case changes twice at most (``prod``, ``CRM``, ``dbPassword``)."""
-    if len(word) <= 6:
-        return True
-    changes = sum(a.isupper() != b.isupper() for a, b in itertools.pairwise(word))
-    return word.isalpha() and len(word) <= 24 and changes <= 2
+def _a_names_segment(segment: str) -> bool:
+    """A segment of a secret's path made of words (split at ``-``, ``_`` and ``.``): each two letters or more,
+    letters alone, whose case changes twice at most (``prod``, ``CRM``, ``dbPassword``); no digit, no ``@``:
+    ``Spring-2024``, ``P@ssw0rd`` and ``kifXo2-hoqbys`` are a password's."""
+    words = _NAME_SEPARATORS.split(segment)
+    return all(len(word) >= 2 and word.isascii() and word.isalpha()
+               and sum(a.isupper() != b.isupper() for a, b in itertools.pairwise(word)) <= 2 for word in words)
 
 
 def _is_file_path(value: str) -> bool:

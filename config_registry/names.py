@@ -88,8 +88,9 @@ _CODE_KEY_KINDS = frozenset({
 })
 # The last words of a name for a key or a token, which a dummy key may be given (credentials.holds_no_credential).
 _KEY_OR_TOKEN_WORDS = ("key", "keys", "token", "tokens")
-# ... unless a word before says it is an application's own secret, never a model server's key: Django's
-# SECRET_KEY, a JWT's signing key, an encryption, private or master key, a session token.
+# ... unless the word that says what it is (the one before, or the start of the last) says it is an application's
+# own secret, never a model server's key: Django's SECRET_KEY, a JWT's signing key, an encryption, private or
+# master key, a session token, Laravel's APP_KEY.
 _OWN_SECRETS_WORDS = frozenset({
     "secret", "secrets", "private", "signing", "encryption", "master", "jwt", "hmac", "session", "cookie", "csrf",
     "django", "flask", "rails", "app",
@@ -174,4 +175,10 @@ def names_key_or_token(name: str) -> bool:
     server's dummy key stands in for, where a dummy-looking password is still a password, and so is an
     application's own secret key (``SECRET_KEY``, ``JWT_SIGNING_KEY``: :data:`_OWN_SECRETS_WORDS`)."""
     words = name_words(name)
-    return bool(words) and words[-1].endswith(_KEY_OR_TOKEN_WORDS) and not set(words) & _OWN_SECRETS_WORDS
+    if not words or not words[-1].endswith(_KEY_OR_TOKEN_WORDS):
+        return False
+    # What the key or token is: the word before it ("JWT_SIGNING_KEY"), or the start of a word it ends
+    # ("SECRETKEY", "sessiontoken"); "APP_OPENAI_API_KEY" is an API's key whatever the words before.
+    compound = words[-1].removesuffix("s").removesuffix("key").removesuffix("token")
+    qualifier = compound or (words[-2] if len(words) > 1 else "")
+    return qualifier not in _OWN_SECRETS_WORDS

@@ -155,18 +155,20 @@ class FlushedFolders:
     def __init__(self, root: Path, limit: int = 10_000) -> None:
         self.root, self.limit = root, limit
         self._known: set[Path] = set()
+        self._root_seen: tuple[int, int, int] | None = None  # the root folder flushed, as _identity gives it
 
     def _chain(self, folder: Path) -> list[Path]:
         return [folder, *folder.parents][: len(folder.relative_to(self.root).parts) + 1]
 
     def forget(self, folder: Path) -> None:
         """Forget ``folder`` and each folder above it below ``root``: call it before making any of them (made again,
-        say, after a sweep removed it), so that no write finds it made but known flushed. ``root`` itself is kept,
-        unless it is not there: teamstore never removes a store's root, so a root known flushed is the same folder
-        still, and a put into a new subject does not flush every folder above it again; one an operator removed is
-        made again, and its name flushed up to the filesystem's root."""
+        say, after a sweep removed it), so that no write finds it made but known flushed. ``root`` itself is kept
+        while it is the very folder that was flushed (teamstore never removes a store's root), so a put into a new
+        subject does not flush every folder above it again; a root removed and made again (by an operator, a
+        restore, another process that has yet to flush it), or changed since, is forgotten too, and flushed up to
+        the filesystem's root."""
         chain = self._chain(folder)
-        if chain[-1] == self.root and self.root.is_dir():
+        if chain[-1] == self.root and self._root_seen is not None and _identity(self.root) == self._root_seen:
             chain.pop()
         self._known.difference_update(chain)
 
@@ -185,6 +187,7 @@ class FlushedFolders:
             return
         done = set(flushed)
         unknown = list(itertools.takewhile(lambda step: step not in self._known, self._chain(folder)))
+        seen = _identity(self.root) if self.root in unknown else self._root_seen  # before its flush, not after
         steps = [step.parent for step in unknown if step != self.root]
         if self.root in unknown:  # each folder above the root, which a failed write may have made too
             done |= {Path(os.path.realpath(step)) for step in done}  # as _up_to_mount names them
@@ -196,3 +199,14 @@ class FlushedFolders:
         if len(self._known) + len(unknown) > self.limit:
             self._known.clear()
         self._known.update(unknown)
+        self._root_seen = seen
+
+
+def _identity(folder: Path) -> tuple[int, int, int] | None:
+    """Which folder stands at ``folder`` now, and as it is: its device and inode, and when its entry last changed
+    (a folder made again may reuse a removed one's inode, never its change time); ``None`` when none is there."""
+    try:
+        found = os.stat(folder)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino, found.st_ctime_ns

@@ -241,23 +241,30 @@ async def test_a_put_into_a_new_subject_flushes_its_folders_up_to_the_stores_roo
     assert calls.around(path).after == [path.parent, path.parent.parent, subject / "sessions", subject,
                                         store.root / "subjects", store.root]
 
-    # A sweep removed subjects/ (every transcript past retention): its name is flushed in the root again.
+    # subjects/ went (every transcript deleted): its name is flushed in the root again, and, the root having
+    # changed since it was flushed, each folder above the root too (as if another process had made it again).
     await store.delete(run_key(ALICE, "r1"))
     await store.delete(run_key(BOB, "r0"))
     assert not (store.root / "subjects").exists()
     calls.calls.clear()
     await store.put(key, b"alice's words again")
-    assert calls.around(path).after[-2:] == [store.root / "subjects", store.root]
+    assert calls.around(path).after[4:] == [store.root / "subjects", *_to_the_top(store.root)]
+    calls.calls.clear()
+    await store.put(run_key(BOB, "r1"), b"bob's again")  # the root is known flushed as it is now
+    assert calls.around(store.root.joinpath(*run_key(BOB, "r1").split("/"))).after[-1] == store.root
 
 
+@pytest.mark.parametrize("made_again_by", ["the put", "another process, which has yet to flush its name"])
 async def test_a_stores_root_an_operator_removed_is_made_again_and_its_name_flushed_up_to_the_top(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, made_again_by: str
 ) -> None:
     import shutil
 
     store = LocalTranscriptStore(tmp_path / "transcripts")
     await store.put(run_key(BOB, "r0"), b"bob's")
     shutil.rmtree(store.root)
+    if made_again_by != "the put":  # there when the put looks, perhaps with the removed folder's inode
+        store.root.mkdir()
     calls = record_disk_calls(monkeypatch)
     key = run_key(ALICE, "r1")
     await store.put(key, b"alice's words")

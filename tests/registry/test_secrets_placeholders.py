@@ -117,10 +117,22 @@ def test_a_real_looking_key_in_a_model_clients_config_is_refused_at_registration
         (_component(env={"ENCRYPTION_KEY": "placeholder"}), f"config.{SERVER}.env.ENCRYPTION_KEY"),
         (_component(env={"AWS_SESSION_TOKEN": "x"}), f"config.{SERVER}.env.AWS_SESSION_TOKEN"),
         (_component(args=["--secret-key", "x"]), f"config.{SERVER}.args.1"),
+        # ... written as one word
+        (_component(env={"SECRETKEY": "x"}), f"config.{SERVER}.env.SECRETKEY"),
+        (_component(source='JWT_SIGNINGKEY = "dummy"\n'), f"config.{SOURCE}"),
+        (_component(env={"AWS_SESSIONTOKEN": "x"}), f"config.{SERVER}.env.AWS_SESSIONTOKEN"),
     ],
 )
 def test_a_dummy_under_a_passwords_or_a_secrets_name_is_still_refused(component: dict[str, Any], field: str) -> None:
     assert _refused(component).field == field
+
+
+@pytest.mark.parametrize("name", ["APP_OPENAI_API_KEY", "PRIVATE_LLM_API_KEY", "VLLM_APP_API_KEY",
+                                  "AWS_SECRET_ACCESS_KEY"])
+def test_a_dummy_under_a_model_servers_key_is_stored_whatever_the_words_before_what_the_key_is(name: str) -> None:
+    # the word before "key" says what it is (an API's, an access key); a prefix naming the app does not
+    component = _component(env={name: "EMPTY"})
+    assert apply_references(component, {}) == component
 
 
 @pytest.mark.parametrize(

@@ -341,8 +341,12 @@ def test_a_dummy_key_set_before_a_command_in_a_shells_script_is_judged_by_its_fi
 STORED_SECRETS_NAMED = {
     "SECRET_ID": "prod/db",
     "AWS_SECRET_ARN": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:prod/crm-db-AbCdEf",
+    "ECS_SECRET_ARN": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:rds!db-5f1e-AbCdEf:password::",
     "DB_SECRET_REF": "projects/acme/secrets/crm-db/versions/latest",
-    "SECRETS_REFERENCE": "crm-db-password",
+    "REGIONAL_SECRET_REF": "projects/acme/locations/us-central1/secrets/crm-db",
+    "KV_SECRET_REF": "https://crm-kv.vault.azure.net/secrets/db-password",
+    "OP_SECRET_REF": "op://Prod/CRM DB/password",
+    "SECRETS_REFERENCE": "crm/db-password",
 }
 
 
@@ -355,13 +359,16 @@ def test_a_secret_stores_name_for_a_secret_is_stored_in_fields_variables_flags_a
                     "--secret-arn=arn:aws:secretsmanager:us-east-1:123456789012:secret:x-AbCdEf"],
     )
     assert apply_references(component, {}) == component
-    source = "def lookup(query: str) -> str:\n    return fetch(secret_id='prod/db', secret_ref='crm-db-password')\n"
+    source = "def lookup(query: str) -> str:\n    return fetch(secret_id='prod/db', secret_ref='crm/db-password')\n"
     assert apply_references(_component(source=source), {}) == _component(source=source)
 
 
 @pytest.mark.parametrize("value", [
     "6a1f0c2e-93b4-4b7a-8f0e-2d1c9e8b7a65",  # HashiCorp Vault's AppRole secret_id: a credential
     "hunter2SECRET9f8e", "hUnTeRsEcReTvAlUe", "sk-proj-hunter2SECRET0123456789", "prod/db hunter2SECRET",
+    # passwords that read as a word or a name: a single word is never taken for a secret's name
+    "P@ssw0rd", "letmein", "changeme", "Spring-2024", "s3cr3t", "correct-horse-battery-staple", "kifXo2-hoqbys-Cavhuq",
+    "hunter/2", "Spring/2024",
 ])
 def test_a_secret_given_under_a_secret_id_is_refused(value: str) -> None:
     for env, args in (({"VAULT_SECRET_ID": value}, None), (None, ["-c", f"app --secret-id '{value}' serve"])):
