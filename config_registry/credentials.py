@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
-import itertools
 import pkgutil
 import re
 from typing import Any
@@ -34,7 +33,13 @@ from config_registry.names import (
     name_words,
     names_key_or_token,
 )
-from config_registry.placeholders import is_dummy_key, is_relative_file_path, left_out, variable_left_out
+from config_registry.placeholders import (
+    is_dummy_key,
+    is_relative_file_path,
+    left_out,
+    reads_as_name,
+    variable_left_out,
+)
 from config_registry.programs import program_passwords
 from config_registry.shell import command_word, decoded_script, encoded_script_at, scripts, simple_commands
 from config_registry.shell import words as shell_words
@@ -97,10 +102,9 @@ _SECRET_STORE_NAMES = (
                r"(?:/versions/(?:latest|\d+))?"),
     re.compile(r"https://[a-z0-9-]+\.vault\.(?:azure\.net|usgovcloudapi\.net|azure\.cn)/secrets/[A-Za-z0-9-]+"
                r"(?:/[0-9a-f]{32})?/?"),
-    re.compile(r"op://[^/\n]+/[^/\n]+(?:/[^/\n]+){1,2}"),
+    re.compile(r"op://[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+){2,3}"),  # no space: an item's id, or a name without one
 )
-_SECRET_NAME = re.compile(r"[A-Za-z/_.-]{1,512}")  # a path of words: no digit, nor a symbol a password takes
-_NAME_SEPARATORS = re.compile(r"[_.-]")
+_SECRET_PATH = re.compile(r"[A-Za-z0-9/_.-]{3,512}")  # no symbol a password takes (@, !, +, =, a space)
 
 
 def url_credential(value: str) -> str | None:
@@ -398,7 +402,7 @@ def is_reference_setting(name: str, value: str) -> bool:
     (``X-Api-Key``), or a header line whose value is no secret's (:func:`_header_left_out`), rather than the
     credential itself."""
     words, value = name_words(name), value.strip()
-    if words[-2:-1] in (["secret"], ["secrets"]) and words[-1] in _SECRET_REFERENCE_LAST:
+    if names_secrets_id(name):
         return names_stored_secret(value)
     if words[-1:] in (["header"], ["headers"]):
         return _header_left_out(value)
@@ -410,28 +414,27 @@ def is_reference_setting(name: str, value: str) -> bool:
     return bool(_PATH.fullmatch(value)) or (google and _is_file_path(value))
 
 
+def names_secrets_id(name: str) -> bool:
+    """Whether ``name`` is a secret's id, ARN or ref (``SECRET_ID``, ``--secret-arn``), whose value may name where a
+    secret store keeps the secret (:func:`names_stored_secret`)."""
+    words = name_words(name)
+    return words[-2:-1] in (["secret"], ["secrets"]) and words[-1] in _SECRET_REFERENCE_LAST
+
+
 def names_stored_secret(value: str) -> bool:
-    """Whether ``value``, given to a ``SECRET_ID``, ``SECRET_ARN`` or ``SECRET_REF`` (AWS's ``--secret-id``,
-    a Kubernetes ``secretRef``), names a secret a secret store keeps rather than being one: an AWS Secrets
-    Manager ARN (a JSON key after it too, as ECS's ``valueFrom`` has it), a Google Secret Manager resource name
+    """Whether ``value``, given to a ``SECRET_ID``, ``SECRET_ARN`` or ``SECRET_REF`` (AWS's ``--secret-id``),
+    names a secret a secret store keeps rather than being one: an AWS Secrets Manager ARN (a JSON key after it
+    too, as ECS's ``valueFrom`` has it), a Google Secret Manager resource name
     (``projects/p/secrets/db/versions/latest``, a regional one too), an Azure Key Vault secret's URI, a 1Password
-    ``op://`` reference, or a path of words (``prod/db``, ``crm/db-password``: :func:`_a_names_segment`).
-    A single word is not one: HashiCorp Vault's AppRole ``secret_id`` is a credential (a UUID, or any string
-    given), and a password may read as a word or a name (``letmein``, ``correct-horse-battery``)."""
+    ``op://`` reference, or a path (``prod/db``, ``prod/AppBeta/MySql``, ``kv/prod/db-2``) no word of which looks
+    random (:func:`~config_registry.placeholders.reads_as_name`). A single word is not one: HashiCorp Vault's
+    AppRole ``secret_id`` is a credential (a UUID, or any string given), and a password may read as a word or a
+    name (``letmein``, ``correct-horse-battery``)."""
     if any(pattern.fullmatch(value) for pattern in _SECRET_STORE_NAMES):
         return True
     segments = value.split("/")
-    return (len(segments) > 1 and _SECRET_NAME.fullmatch(value) is not None and known_shape(value) is None
-            and all(map(_a_names_segment, segments)))
-
-
-def _a_names_segment(segment: str) -> bool:
-    """A segment of a secret's path made of words (split at ``-``, ``_`` and ``.``): each two letters or more,
-    letters alone, whose case changes twice at most (``prod``, ``CRM``, ``dbPassword``); no digit, no ``@``:
-    ``Spring-2024``, ``P@ssw0rd`` and ``kifXo2-hoqbys`` are a password's."""
-    words = _NAME_SEPARATORS.split(segment)
-    return all(len(word) >= 2 and word.isascii() and word.isalpha()
-               and sum(a.isupper() != b.isupper() for a, b in itertools.pairwise(word)) <= 2 for word in words)
+    return (len(segments) > 1 and _SECRET_PATH.fullmatch(value) is not None and known_shape(value) is None
+            and all(segment and reads_as_name(segment) for segment in segments))
 
 
 def _is_file_path(value: str) -> bool:

@@ -88,13 +88,15 @@ _CODE_KEY_KINDS = frozenset({
 })
 # The last words of a name for a key or a token, which a dummy key may be given (credentials.holds_no_credential).
 _KEY_OR_TOKEN_WORDS = ("key", "keys", "token", "tokens")
-# ... unless the word that says what it is (the one before, or the start of the last) says it is an application's
-# own secret, never a model server's key: Django's SECRET_KEY, a JWT's signing key, an encryption, private or
-# master key, a session token, Laravel's APP_KEY.
-_OWN_SECRETS_WORDS = frozenset({
+# ... unless a word of the name (or a word the last one starts with) says it is an application's own secret,
+# never a model server's key: Django's SECRET_KEY, a JWT's signing or refresh token, an encryption, private or
+# master key, a session token, Laravel's APP_KEY; but an API's or an access key is one whatever the words before
+# ("APP_OPENAI_API_KEY", LocalStack's "AWS_SECRET_ACCESS_KEY").
+_OWN_SECRETS_WORDS = (
     "secret", "secrets", "private", "signing", "encryption", "master", "jwt", "hmac", "session", "cookie", "csrf",
     "django", "flask", "rails", "app",
-})
+)
+_SERVICE_KEY_WORDS = ("api", "access")
 
 
 def name_words(name: str) -> list[str]:
@@ -173,12 +175,15 @@ def names_key_or_token(name: str) -> bool:
     """Whether a name's last word says it holds a key or a token (``api_key``, ``OPENAI_API_KEY``, ``apiKey``,
     ``XAPIKEY``, Ollama's ``ANTHROPIC_AUTH_TOKEN``) rather than a password or a secret: what a local model
     server's dummy key stands in for, where a dummy-looking password is still a password, and so is an
-    application's own secret key (``SECRET_KEY``, ``JWT_SIGNING_KEY``: :data:`_OWN_SECRETS_WORDS`)."""
+    application's own secret key (``SECRET_KEY``, ``JWT_REFRESH_TOKEN``: :data:`_OWN_SECRETS_WORDS`)."""
     words = name_words(name)
     if not words or not words[-1].endswith(_KEY_OR_TOKEN_WORDS):
         return False
-    # What the key or token is: the word before it ("JWT_SIGNING_KEY"), or the start of a word it ends
-    # ("SECRETKEY", "sessiontoken"); "APP_OPENAI_API_KEY" is an API's key whatever the words before.
+    # What the key or token is: the word before it ("OPENAI_API_KEY"), or the start of the word it ends ("XAPIKEY",
+    # "SECRETKEY", "jwtsecretkey").
     compound = words[-1].removesuffix("s").removesuffix("key").removesuffix("token")
     qualifier = compound or (words[-2] if len(words) > 1 else "")
-    return qualifier not in _OWN_SECRETS_WORDS
+    if qualifier.endswith(_SERVICE_KEY_WORDS):
+        return True
+    own = any(word in _OWN_SECRETS_WORDS for word in words[:-1])
+    return not (own or compound.startswith(_OWN_SECRETS_WORDS) or compound.endswith(_OWN_SECRETS_WORDS))

@@ -26,6 +26,7 @@ from config_registry.credentials import (
     flag_credential,
     holds_no_credential,
     kept_command_credential,
+    names_secrets_id,
     url_credential,
     value_credential,
 )
@@ -85,8 +86,14 @@ def _check_plaintext(path: str, key: str, value: Any) -> None:
             f"holds a plaintext secret (its name, {key!r}, means a credential); the registry never stores "
             "secrets",
             field=f"config.{path}",
-            hint=f"remove the value from the definition and declare a reference: --secret {path}=env:VARIABLE",
+            hint=f"remove the value from the definition and declare a reference: --secret {path}=env:VARIABLE"
+            f"{_SECRET_ID_NOTE if names_secrets_id(key) else ''}",
         )
+
+
+# Said to a secret's id refused: a single word may be a password, so only a path or a store's reference is stored.
+_SECRET_ID_NOTE = ("; if it names where a secret store keeps the secret, give its path or reference (prod/db, an "
+                   "ARN, projects/p/secrets/s, op://vault/item/field), or call the setting SECRET_NAME")
 
 
 def _name_of(path: str, key: str, parent: Any) -> str | None:
@@ -137,7 +144,7 @@ def _check_undeclared(path: str, key: str, value: Any, parent: Any, *, shell_run
         return
     found = _found_in_value(path, key, value, parent, shell_runs=shell_runs)
     if found is not None:
-        _refuse_plaintext(path, found)
+        _refuse_plaintext(path, found, name=key)
 
 
 def _found_in_value(path: str, key: str, value: Any, parent: Any, *, shell_runs: bool) -> str | None:
@@ -156,11 +163,12 @@ def _found_in_value(path: str, key: str, value: Any, parent: Any, *, shell_runs:
     return found
 
 
-def _refuse_plaintext(path: str, found: str, hint: str | None = None) -> NoReturn:
+def _refuse_plaintext(path: str, found: str, hint: str | None = None, *, name: str = "") -> NoReturn:
     raise DefinitionInvalid(
         f"holds a plaintext secret ({found}); the registry never stores secrets",
         field=f"config.{path}",
-        hint=hint or f"take the value from the environment: --secret {path}=env:VARIABLE",
+        hint=hint or f"take the value from the environment: --secret {path}=env:VARIABLE"
+        f"{_SECRET_ID_NOTE if names_secrets_id(name) else ''}",
     )
 
 

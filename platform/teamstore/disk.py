@@ -183,6 +183,11 @@ class FlushedFolders:
         Raises:
             OSError: A folder could not be flushed (none of them is then known flushed).
         """
+        if self._root_seen is not None and _identity(self.root) != self._root_seen:
+            # The root was made again (or changed) since it was flushed: so may be any folder below it, made by
+            # another process that has yet to flush its name. A stat a put, beside its two flushes.
+            self._known.clear()
+            self._root_seen = None
         if folder in self._known:  # most writes: into a folder written into before (a session's runs)
             return
         done = set(flushed)

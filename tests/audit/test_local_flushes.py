@@ -254,7 +254,8 @@ async def test_a_put_into_a_new_subject_flushes_its_folders_up_to_the_stores_roo
     assert calls.around(store.root.joinpath(*run_key(BOB, "r1").split("/"))).after[-1] == store.root
 
 
-@pytest.mark.parametrize("made_again_by", ["the put", "another process, which has yet to flush its name"])
+@pytest.mark.parametrize("made_again_by", ["the put", "another process, which has yet to flush its name",
+                                           "another process, with the subject's folders the put goes into"])
 async def test_a_stores_root_an_operator_removed_is_made_again_and_its_name_flushed_up_to_the_top(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, made_again_by: str
 ) -> None:
@@ -263,13 +264,18 @@ async def test_a_stores_root_an_operator_removed_is_made_again_and_its_name_flus
     store = LocalTranscriptStore(tmp_path / "transcripts")
     await store.put(run_key(BOB, "r0"), b"bob's")
     shutil.rmtree(store.root)
+    key = run_key(ALICE, "r1")
+    path = store.root.joinpath(*key.split("/"))
     if made_again_by != "the put":  # there when the put looks, perhaps with the removed folder's inode
         store.root.mkdir()
+    if made_again_by.endswith("goes into"):  # none of them flushed yet
+        path.parent.mkdir(parents=True)
     calls = record_disk_calls(monkeypatch)
-    key = run_key(ALICE, "r1")
     await store.put(key, b"alice's words")
-    path = store.root.joinpath(*key.split("/"))
-    assert calls.around(path).after[-len(_to_the_top(store.root)):] == _to_the_top(store.root)
+    after = calls.around(path).after
+    assert after[-len(_to_the_top(store.root)):] == _to_the_top(store.root)
+    subject = store.root / "subjects" / ALICE.subject_key
+    assert {path.parent.parent, subject / "sessions", subject, store.root / "subjects"} <= set(after)
 
 
 @pytest.mark.parametrize("retried_by", ["the same store", "the same store, which had flushed them once", "a new process"])

@@ -121,6 +121,11 @@ def test_a_real_looking_key_in_a_model_clients_config_is_refused_at_registration
         (_component(env={"SECRETKEY": "x"}), f"config.{SERVER}.env.SECRETKEY"),
         (_component(source='JWT_SIGNINGKEY = "dummy"\n'), f"config.{SOURCE}"),
         (_component(env={"AWS_SESSIONTOKEN": "x"}), f"config.{SERVER}.env.AWS_SESSIONTOKEN"),
+        # ... whatever word of its name says so, or a word its last one starts with
+        (_component(env={"JWT_REFRESH_TOKEN": "x"}), f"config.{SERVER}.env.JWT_REFRESH_TOKEN"),
+        (_component(env={"HMAC_SHARED_KEY": "dummy"}), f"config.{SERVER}.env.HMAC_SHARED_KEY"),
+        (_component(env={"SESSION_AUTH_TOKEN": "x"}), f"config.{SERVER}.env.SESSION_AUTH_TOKEN"),
+        (_component(env={"DJANGOSECRETKEY": "x"}), f"config.{SERVER}.env.DJANGOSECRETKEY"),
     ],
 )
 def test_a_dummy_under_a_passwords_or_a_secrets_name_is_still_refused(component: dict[str, Any], field: str) -> None:

@@ -345,8 +345,10 @@ STORED_SECRETS_NAMED = {
     "DB_SECRET_REF": "projects/acme/secrets/crm-db/versions/latest",
     "REGIONAL_SECRET_REF": "projects/acme/locations/us-central1/secrets/crm-db",
     "KV_SECRET_REF": "https://crm-kv.vault.azure.net/secrets/db-password",
-    "OP_SECRET_REF": "op://Prod/CRM DB/password",
+    "OP_SECRET_REF": "op://Prod/crm-db/password",
     "SECRETS_REFERENCE": "crm/db-password",
+    "AWS_EXAMPLE_SECRET_ID": "prod/AppBeta/MySql",
+    "VERSIONED_SECRET_ID": "kv/prod/db-2",
 }
 
 
@@ -368,9 +370,12 @@ def test_a_secret_stores_name_for_a_secret_is_stored_in_fields_variables_flags_a
     "hunter2SECRET9f8e", "hUnTeRsEcReTvAlUe", "sk-proj-hunter2SECRET0123456789", "prod/db hunter2SECRET",
     # passwords that read as a word or a name: a single word is never taken for a secret's name
     "P@ssw0rd", "letmein", "changeme", "Spring-2024", "s3cr3t", "correct-horse-battery-staple", "kifXo2-hoqbys-Cavhuq",
-    "hunter/2", "Spring/2024",
+    # a reference's shape with a secret beside it
+    "op://a/b/c hunter2SECRET9f8e", "op://v/i/f --password=hunter2Xk", "P@ss/w0rd", "x/hunter2SECRET9f8e",
 ])
 def test_a_secret_given_under_a_secret_id_is_refused(value: str) -> None:
     for env, args in (({"VAULT_SECRET_ID": value}, None), (None, ["-c", f"app --secret-id '{value}' serve"])):
         refused = _refused(_component(env=env, args=args))
         assert value not in f"{refused.message} {refused.hint}"
+    refused = _refused(_component(fields={"secret_id": value}))
+    assert "give its path or reference (prod/db, an ARN" in (refused.hint or "")
