@@ -37,7 +37,6 @@ from config_registry.placeholders import (
     is_dummy_key,
     is_relative_file_path,
     left_out,
-    reads_as_name,
     variable_left_out,
 )
 from config_registry.programs import program_passwords
@@ -105,6 +104,10 @@ _SECRET_STORE_NAMES = (
     re.compile(r"op://[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+){2,3}"),  # no space: an item's id, or a name without one
 )
 _SECRET_PATH = re.compile(r"[A-Za-z0-9/_.-]{3,512}")  # no symbol a password takes (@, !, +, =, a space)
+_PATH_WORD_SEPARATORS = re.compile(r"[-_.]")
+# A word of a secret's name: lower, upper or camel case, then one digit at most; two letters at least, or one and a
+# digit.
+_NAME_WORD = re.compile(r"(?=[A-Za-z]{2}|[A-Za-z]\d)(?:[a-z]+|[A-Z]+|[A-Z]?[a-z]+(?:[A-Z][a-z]+)*)\d?")
 
 
 def url_credential(value: str) -> str | None:
@@ -426,15 +429,25 @@ def names_stored_secret(value: str) -> bool:
     names a secret a secret store keeps rather than being one: an AWS Secrets Manager ARN (a JSON key after it
     too, as ECS's ``valueFrom`` has it), a Google Secret Manager resource name
     (``projects/p/secrets/db/versions/latest``, a regional one too), an Azure Key Vault secret's URI, a 1Password
-    ``op://`` reference, or a path (``prod/db``, ``prod/AppBeta/MySql``, ``kv/prod/db-2``) no word of which looks
-    random (:func:`~config_registry.placeholders.reads_as_name`). A single word is not one: HashiCorp Vault's
+    ``op://`` reference, or a path (``prod/db``, ``prod/AppBeta/MySql``, ``kv/prod/db-2``) of words as people
+    name a secret (:func:`_names_segment`). A single word is not one: HashiCorp Vault's
     AppRole ``secret_id`` is a credential (a UUID, or any string given), and a password may read as a word or a
     name (``letmein``, ``correct-horse-battery``)."""
     if any(pattern.fullmatch(value) for pattern in _SECRET_STORE_NAMES):
         return True
     segments = value.split("/")
     return (len(segments) > 1 and _SECRET_PATH.fullmatch(value) is not None and known_shape(value) is None
-            and all(segment and reads_as_name(segment) for segment in segments))
+            and all(map(_names_segment, segments)))
+
+
+def _names_segment(segment: str) -> bool:
+    """A segment of a secret's path as people name one: words split at ``-``, ``_`` and ``.``, each in lower or
+    upper case or camel case (``prod``, ``CRM``, ``AppBeta``, ``dbPassword``), two letters at least or one and a
+    digit (``v2``, ``app1``), or a number after the first (``db-2``). A random key's piece (``ecXHJ``,
+    ``SMyWVeCSo``), a password's (``P4ss``, ``Pa55``, ``s3cr3t``) or a bare number (``hunter/2``) is none."""
+    first, *rest = _PATH_WORD_SEPARATORS.split(segment)
+    return _NAME_WORD.fullmatch(first) is not None and all(
+        _NAME_WORD.fullmatch(word) is not None or (word.isdigit() and len(word) <= 4) for word in rest)
 
 
 def _is_file_path(value: str) -> bool:

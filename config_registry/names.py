@@ -88,13 +88,13 @@ _CODE_KEY_KINDS = frozenset({
 })
 # The last words of a name for a key or a token, which a dummy key may be given (credentials.holds_no_credential).
 _KEY_OR_TOKEN_WORDS = ("key", "keys", "token", "tokens")
-# ... unless a word of the name (or a word the last one starts with) says it is an application's own secret,
-# never a model server's key: Django's SECRET_KEY, a JWT's signing or refresh token, an encryption, private or
-# master key, a session token, Laravel's APP_KEY; but an API's or an access key is one whatever the words before
-# ("APP_OPENAI_API_KEY", LocalStack's "AWS_SECRET_ACCESS_KEY").
+# ... unless the word that says what it is (the one before, or the start of the last, a compound's end too)
+# says it is an application's own secret, never a model server's key: Django's SECRET_KEY, a JWT's signing or
+# refresh token, an encryption, private, master, shared or SSH key, a session token, Laravel's APP_KEY; an
+# API's or an access key is a key whatever the words before ("APP_OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY").
 _OWN_SECRETS_WORDS = (
     "secret", "secrets", "private", "signing", "encryption", "master", "jwt", "hmac", "session", "cookie", "csrf",
-    "django", "flask", "rails", "app",
+    "django", "flask", "rails", "app", "refresh", "shared", "ssh",
 )
 _SERVICE_KEY_WORDS = ("api", "access")
 
@@ -185,5 +185,5 @@ def names_key_or_token(name: str) -> bool:
     qualifier = compound or (words[-2] if len(words) > 1 else "")
     if qualifier.endswith(_SERVICE_KEY_WORDS):
         return True
-    own = any(word in _OWN_SECRETS_WORDS for word in words[:-1])
-    return not (own or compound.startswith(_OWN_SECRETS_WORDS) or compound.endswith(_OWN_SECRETS_WORDS))
+    # "DJANGOSECRET_KEY", "jwtsecretkey": a compound ends with what it is; "sessiontoken" may start with it.
+    return not (qualifier.endswith(_OWN_SECRETS_WORDS) or compound.startswith(_OWN_SECRETS_WORDS))

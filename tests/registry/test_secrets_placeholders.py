@@ -124,8 +124,10 @@ def test_a_real_looking_key_in_a_model_clients_config_is_refused_at_registration
         # ... whatever word of its name says so, or a word its last one starts with
         (_component(env={"JWT_REFRESH_TOKEN": "x"}), f"config.{SERVER}.env.JWT_REFRESH_TOKEN"),
         (_component(env={"HMAC_SHARED_KEY": "dummy"}), f"config.{SERVER}.env.HMAC_SHARED_KEY"),
-        (_component(env={"SESSION_AUTH_TOKEN": "x"}), f"config.{SERVER}.env.SESSION_AUTH_TOKEN"),
+        (_component(env={"PRIVATE_SSH_KEY": "x"}), f"config.{SERVER}.env.PRIVATE_SSH_KEY"),
         (_component(env={"DJANGOSECRETKEY": "x"}), f"config.{SERVER}.env.DJANGOSECRETKEY"),
+        (_component(env={"DJANGOSECRET_KEY": "x"}), f"config.{SERVER}.env.DJANGOSECRET_KEY"),
+        (_component(args=["--jwtsigning-key", "x"]), f"config.{SERVER}.args.1"),
     ],
 )
 def test_a_dummy_under_a_passwords_or_a_secrets_name_is_still_refused(component: dict[str, Any], field: str) -> None:
@@ -133,9 +135,10 @@ def test_a_dummy_under_a_passwords_or_a_secrets_name_is_still_refused(component:
 
 
 @pytest.mark.parametrize("name", ["APP_OPENAI_API_KEY", "PRIVATE_LLM_API_KEY", "VLLM_APP_API_KEY",
-                                  "AWS_SECRET_ACCESS_KEY"])
+                                  "AWS_SECRET_ACCESS_KEY", "APP_OPENAI_KEY", "APP_HF_TOKEN", "FLASK_APP_OPENAI_KEY",
+                                  "SESSION_LLM_KEY", "PRIVATE_GPT_KEY"])
 def test_a_dummy_under_a_model_servers_key_is_stored_whatever_the_words_before_what_the_key_is(name: str) -> None:
-    # the word before "key" says what it is (an API's, an access key); a prefix naming the app does not
+    # the word before "key" says what it is (a model's, an API's, an access key); a prefix naming the app does not
     component = _component(env={name: "EMPTY"})
     assert apply_references(component, {}) == component
 

@@ -349,6 +349,7 @@ STORED_SECRETS_NAMED = {
     "SECRETS_REFERENCE": "crm/db-password",
     "AWS_EXAMPLE_SECRET_ID": "prod/AppBeta/MySql",
     "VERSIONED_SECRET_ID": "kv/prod/db-2",
+    "NUMBERED_SECRET_ID": "app1/prod/db-v2",
 }
 
 
@@ -372,6 +373,9 @@ def test_a_secret_stores_name_for_a_secret_is_stored_in_fields_variables_flags_a
     "P@ssw0rd", "letmein", "changeme", "Spring-2024", "s3cr3t", "correct-horse-battery-staple", "kifXo2-hoqbys-Cavhuq",
     # a reference's shape with a secret beside it
     "op://a/b/c hunter2SECRET9f8e", "op://v/i/f --password=hunter2Xk", "P@ss/w0rd", "x/hunter2SECRET9f8e",
+    # passwords and random keys with a slash: a path's words are named as people name a secret
+    "hunter/2", "Spring/2024", "sDX5/J.iNCBk", "P4ss/w0rd", "Pa55/word", "s3cr3t/x", "abc123/xyz789",
+    "HC8AjO/SMyWVeCSo", "ecXHJ/UQMRxi", "wBP/GYefTgKbhJmg",
 ])
 def test_a_secret_given_under_a_secret_id_is_refused(value: str) -> None:
     for env, args in (({"VAULT_SECRET_ID": value}, None), (None, ["-c", f"app --secret-id '{value}' serve"])):
