@@ -162,13 +162,11 @@ class FlushedFolders:
 
     def forget(self, folder: Path) -> None:
         """Forget ``folder`` and each folder above it below ``root``: call it before making any of them (made again,
-        say, after a sweep removed it), so that no write finds it made but known flushed. ``root`` itself is kept
-        while it is the very folder that was flushed (teamstore never removes a store's root), so a put into a new
-        subject does not flush every folder above it again; a root removed and made again (by an operator, a
-        restore, another process that has yet to flush it), or changed since, is forgotten too, and flushed up to
-        the filesystem's root."""
+        say, after a sweep removed it), so that no write finds it made but known flushed. ``root`` itself is left
+        to :meth:`flush_up`, which keeps it while it is the very folder that was flushed (teamstore never removes a
+        store's root), so a put into a new subject does not flush every folder above it again."""
         chain = self._chain(folder)
-        if chain[-1] == self.root and self._root_seen is not None and _identity(self.root) == self._root_seen:
+        if chain[-1] == self.root:
             chain.pop()
         self._known.difference_update(chain)
 
