@@ -156,31 +156,6 @@ def test_with_docker_chosen_postgres_is_a_postgres_16_container_the_tests_reach_
     assert len(engine.removed) == 1
 
 
-@pytest.fixture
-def fresh_moto() -> Iterator[str]:
-    """A moto server in a process of its own, empty as a new container's. The readiness check reads all of
-    moto's data, and moto keeps its data per process, not per server: a server in this process would answer with
-    the suite's writes, which can outlast the check's timeout, and with objects whose bucket a test has deleted,
-    on which moto's data page fails."""
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-
-
 @pytest.mark.s3
 def test_the_fresh_moto_answers_its_data_page_after_this_process_deleted_a_bucket_whose_object_was_deleted(
     s3_endpoint: str, fresh_moto: str

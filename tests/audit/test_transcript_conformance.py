@@ -174,6 +174,23 @@ async def test_a_store_on_one_machines_disk_says_whether_this_machine_has_it(
     assert await elsewhere.present() and await elsewhere.owner() == "c" * 32
 
 
+async def test_a_store_reached_by_name_carries_the_marks_of_the_databases_whose_writers_use_it(
+    store: TranscriptStore
+) -> None:
+    marks = capability(store, Capability.MARKS)
+    if marks is None:
+        assert capability(store, Capability.HOST_LOCAL) is not None  # its folder's marker names its database
+        return
+    await store.put(run_key(A, "r1"), body("r1"))
+    assert not await marks.marked("a" * 32)
+    await marks.mark("a" * 32)
+    await marks.mark("a" * 32)
+    assert await marks.marked("a" * 32) and not await marks.marked("b" * 32)
+    assert await store.list_keys("") == [run_key(A, "r1")]  # a mark is no transcript
+    await store.delete_prefix(subject_prefix(A.subject_key))
+    assert await marks.marked("a" * 32) and await store.list_keys("") == []  # a subject erased leaves it
+
+
 async def test_another_store_is_reached_by_its_url_with_this_stores_settings(
     store: TranscriptStore, tmp_path: Path
 ) -> None:

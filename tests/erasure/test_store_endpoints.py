@@ -1,22 +1,32 @@
 """Each transcript store is recorded with the S3 endpoint its writer reached it at (migration 0029): a done store
 recorded at a known other endpoint is not listed through this erasure's client, and one recorded before endpoints
-were (unknown) is, as every store was then.
+were (unknown) is, as every store was then. A store still to empty reached at another endpoint is erased only if
+it carries this database's mark (its workers', or an earlier pass's at the recorded endpoint): a proxy reaches the
+workers' bucket, another server's bucket of the same name is refused.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import boto3
 import pytest
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from config_registry import Registry
 from teamstore.audit.schema import subject_stores
-from teamstore.audit.subjects import get_or_create_subject, record_store, recorded_endpoints
+from teamstore.audit.subjects import find_subject, get_or_create_subject, record_store, recorded_endpoints
 from teamstore.audit.transcripts import subject_prefix
 from teamstore.audit.transcripts.s3 import S3TranscriptStore, make_client
+from teamstore.db.identity import database_id
 from teamstore.erasure import RequestStatus
-from teamstore.errors import TranscriptStoreMismatch
+from teamstore.errors import ExportFailed, TranscriptStoreMismatch
+from tests.audit.fault_server import HoldingProxy
 from tests.erasure.conftest import coordinator, versioned_bucket
+from tests.erasure.seed import audited_platform, seed_user
 from tests.erasure.test_done_stores import USER, _emptied_first, _written
+from tests.erasure.test_export import exporter
 
 
 @pytest.mark.s3
@@ -67,3 +77,116 @@ async def test_an_erasing_pass_never_overwrites_the_endpoint_a_writer_recorded_f
     await record_store(engine, subject, "s3://audit/t", endpoint="aws")
     await record_store(engine, subject, "s3://audit/t", endpoint="http://minio:9000", erasing=True)
     assert await recorded_endpoints(engine, subject) == {"s3://audit/t": "aws"}
+
+
+def _bucket_at(endpoint: str, name: str) -> S3TranscriptStore:
+    """A versioned bucket called ``name`` on the S3 server at ``endpoint`` (made there if it has none)."""
+    client = boto3.client("s3", endpoint_url=endpoint)
+    if name not in {bucket["Name"] for bucket in client.list_buckets().get("Buckets", [])}:
+        client.create_bucket(Bucket=name)
+        client.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
+    return S3TranscriptStore(client, name, "audit")
+
+
+@pytest.mark.s3
+async def test_an_erasure_reaching_another_server_s_bucket_of_the_same_name_is_refused_and_the_right_one_finishes(
+    engine: AsyncEngine, registry: Registry, s3_env: str, fresh_moto: str
+) -> None:
+    """Listed there, the empty namesake would be taken for emptied: the request completed, the mapping dropped,
+    and the transcripts left where the workers wrote them."""
+    written = _bucket_at(s3_env, versioned_bucket())
+    platform = audited_platform(engine, registry, written)
+    seeded = await seed_user(platform, written, USER, "CANARY-namesake", 1, 2)
+    await platform.aclose()
+    elsewhere = _bucket_at(fresh_moto, written.bucket)  # another server, a bucket of the same name, empty
+
+    with pytest.raises(TranscriptStoreMismatch) as planned:
+        await coordinator(engine, elsewhere).run(USER, dry_run=True)
+    with pytest.raises(TranscriptStoreMismatch) as refused:
+        await coordinator(engine, elsewhere).run(USER, request_id="req-namesake")
+
+    assert f"the S3 endpoint {fresh_moto}" in refused.value.message and s3_env in refused.value.message
+    assert refused.value.hint is not None and refused.value.hint.startswith(
+        f"run erase with AWS_ENDPOINT_URL_S3={s3_env} and the same --request-id req-namesake")
+    assert planned.value.hint is not None and "and the same user" in planned.value.hint  # no request to rerun
+    assert await find_subject(engine, USER) == seeded.subject_key  # the request open, the mapping kept
+    assert len(await written.list_keys(subject_prefix(seeded.subject_key))) == 2
+    assert not await elsewhere.marked(await database_id(engine))  # the refusal wrote nothing there
+    done = await coordinator(engine, written).run(USER, request_id="req-namesake")
+    assert done.status is RequestStatus.COMPLETED, done
+    assert await written.list_keys(subject_prefix(seeded.subject_key)) == []
+    await written.close()
+    await elsewhere.close()
+
+
+@pytest.mark.s3
+async def test_an_erasure_reaching_the_workers_bucket_through_a_proxy_finds_it_marked_and_empties_it(
+    engine: AsyncEngine, registry: Registry, s3_env: str
+) -> None:
+    written = _bucket_at(s3_env, versioned_bucket())
+    platform = audited_platform(engine, registry, written)
+    seeded = await seed_user(platform, written, USER, "CANARY-proxied", 1, 2)
+    await platform.aclose()
+    assert await written.marked(await database_id(engine))  # the worker's first run marked it
+    proxy = HoldingProxy(s3_env)
+    try:
+        receipt = await coordinator(engine, _bucket_at(proxy.endpoint, written.bucket)).run(USER, request_id="req-px")
+    finally:
+        proxy.stop()
+
+    assert receipt.status is RequestStatus.COMPLETED, receipt
+    assert await written.list_keys(subject_prefix(seeded.subject_key)) == []
+    await written.close()
+
+
+@pytest.mark.s3
+async def test_a_bucket_unmarked_by_writers_is_marked_by_the_erasure_at_their_endpoint_and_then_reached_by_proxy(
+    engine: AsyncEngine, s3_env: str
+) -> None:
+    """A store written before marks were: refused through another endpoint until a pass at the recorded one (which
+    is the bucket the record names) marks it."""
+    written = _bucket_at(s3_env, versioned_bucket())
+    await _written(engine, {written: 2})  # recorded at the test endpoint, never marked
+    proxy = HoldingProxy(s3_env)
+    try:
+        proxied = _bucket_at(proxy.endpoint, written.bucket)
+        with pytest.raises(TranscriptStoreMismatch):
+            await coordinator(engine, proxied).run(USER, request_id="req-old")
+        assert (await coordinator(engine, written).run(USER, request_id="req-old")).status is RequestStatus.COMPLETED
+        assert await written.marked(await database_id(engine))
+        await _written(engine, {written: 1})  # written again at the same endpoint
+        receipt = await coordinator(engine, proxied).run(USER, request_id="req-again")
+    finally:
+        proxy.stop()
+
+    assert receipt.status is RequestStatus.COMPLETED, receipt
+    assert receipt.stores["transcripts"].counts.objects == 1
+    await written.close()
+
+
+@pytest.mark.s3
+async def test_an_export_reaching_another_server_s_bucket_of_the_same_name_fails_rather_than_miss_the_transcripts(
+    engine: AsyncEngine, registry: Registry, s3_env: str, fresh_moto: str, tmp_path: Path
+) -> None:
+    """An export of the namesake would give the user none of their transcripts and say it was complete."""
+    written = _bucket_at(s3_env, versioned_bucket())
+    platform = audited_platform(engine, registry, written)
+    await seed_user(platform, written, USER, "CANARY-exported", 1, 2)
+    await platform.aclose()
+    elsewhere = _bucket_at(fresh_moto, written.bucket)
+
+    with pytest.raises(ExportFailed) as failed:
+        await exporter(engine, elsewhere).run(USER, tmp_path / "elsewhere.zip", operator="dpo")
+
+    assert f"the S3 endpoint {fresh_moto}" in failed.value.message and s3_env in failed.value.message
+    assert failed.value.hint is not None and f"AWS_ENDPOINT_URL_S3={s3_env}" in failed.value.hint
+    assert not (tmp_path / "elsewhere.zip").exists()
+    proxy = HoldingProxy(s3_env)
+    try:
+        done = await exporter(engine, _bucket_at(proxy.endpoint, written.bucket)).run(
+            USER, tmp_path / "proxied.zip", operator="dpo")  # the workers' bucket, found marked
+    finally:
+        proxy.stop()
+    assert done.manifest.stores["transcripts"].records == 3  # two runs, and the earlier version of one written again
+    await written.close()
+    await elsewhere.close()

@@ -1,12 +1,16 @@
 """The pytest plugin of the services: the choice made once per session, and the fixtures that start them.
 
 Loaded by ``tests/conftest.py`` (``pytest_plugins``). Fixtures: ``services``, ``postgres_server``,
-``s3_endpoint``, ``s3_env``, ``s3_bucket``, ``otlp_receiver``, ``otlp_env``, ``otlp_protocol_env``.
+``s3_endpoint``, ``s3_env``, ``s3_bucket``, ``fresh_moto``, ``otlp_receiver``, ``otlp_env``, ``otlp_protocol_env``.
 """
 
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -14,7 +18,7 @@ import pytest
 
 from tests.otlp_receiver import GrpcOtlpReceiver, OtlpReceiver
 from tests.services.choice import decide
-from tests.services.common import ServicesError, ServiceUnavailable, require_or_skip
+from tests.services.common import ServicesError, ServiceUnavailable, free_port, require_or_skip
 from tests.services.session import Services
 
 SERVICES = pytest.StashKey[Services]()
@@ -84,6 +88,32 @@ def s3_env(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_endpoint)
     monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)
     return s3_endpoint
+
+
+@pytest.fixture
+def fresh_moto() -> Iterator[str]:
+    """A moto server in a process of its own, empty as a new container's (another S3 server: its buckets are
+    not the suite's, whatever their names). The readiness check reads all of
+    moto's data, and moto keeps its data per process, not per server: a server in this process would answer with
+    the suite's writes, which can outlast the check's timeout, and with objects whose bucket a test has deleted,
+    on which moto's data page fails."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 @pytest.fixture

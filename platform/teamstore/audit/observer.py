@@ -103,7 +103,7 @@ class TranscriptObserver:
         self._tasks: set[asyncio.Future[Any]] = set()  # what drain() waits for
         self._noted: OrderedDict[str, None] = OrderedDict()  # subjects whose store is recorded already
         self._noted_size = 4096
-        self._folder_made = False  # a folder store is made here, marked as this database's, by the first run
+        self._placed = False  # the store is made here (a folder), or marked (S3), as this database's by the first run
 
     async def session_opening(self, user_id: str, session_id: str, opening: str) -> None:
         """As a session opens, before its lease: the user's subject and data key, each made now for a new user
@@ -164,8 +164,8 @@ class TranscriptObserver:
         # KeyUnavailable, DataKeyDamaged, ErasureInProgress: the runtime logs it; nothing is written.
         data_key = await (fetch if fetch is not None else self._data_key(ctx))
         await self._note_store(keys.subject_key)  # StoreUnavailable: nothing written where erasure would not look
-        if not self._folder_made:
-            await self._make_folder()
+        if not self._placed:
+            await self._place()
         header = run_record(ctx, outcome, keys, len(lines))
         if sum(map(len, lines)) <= INLINE_ENCODE_CHARS:
             # The fence's statement (with the ledger's rows) leaves first: the database works on it meanwhile.
@@ -251,16 +251,16 @@ class TranscriptObserver:
         while len(self._noted) > self._noted_size:
             self._noted.popitem(last=False)
 
-    async def _make_folder(self) -> None:
-        """Make a folder store here, marked as this database's (:func:`teamstore.audit.placement.make_here`), before
-        the first transcript goes there; once per process. A failure is logged: the upload then says it too, and
-        the transcript waits in the outbox."""
+    async def _place(self) -> None:
+        """Make a folder store here, or mark an S3 one, as this database's (:func:`teamstore.audit.placement.make_here`),
+        before the first transcript goes there; once per process. A failure is logged: a folder's upload then says it
+        too, and the transcript waits in the outbox; an unmarked bucket is erased at its writers' endpoint alone."""
         try:
             await make_here(self.store, self.engine)
         except TeamstoreError as exc:
-            log.warning("could not make the transcript folder here: %s", exc.message)
+            log.warning("could not make or mark the transcript store: %s", exc.message)
             return
-        self._folder_made = True
+        self._placed = True
 
     async def _queue(self, row: Queued, body: bytes, upload: asyncio.Future[None], exc: Exception) -> None:
         """Queue a transcript whose upload failed or is still on its way. An upload that may still land (on its

@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit import claims
 from teamstore.audit.claims import Queued
+from teamstore.audit.placement import mark_ours
 from teamstore.audit.rewrites import record_rewrite
 from teamstore.audit.schema import outbox, subjects
 from teamstore.audit.subjects import record_store
@@ -262,10 +263,12 @@ async def _flush(engine: AsyncEngine, store: TranscriptStore, limit: int, late_u
     owner = claims.new_owner()
     await claims.purge_settled(engine)
     delivered, error, hint, in_doubt = 0, None, None, False
-    for _ in range(limit):
+    for index in range(limit):
         row = await claims.claim_next(engine, owner, in_flight_for(late_upload_s))
         if row is None:
             break
+        if index == 0:
+            await mark_store(engine, store)
         # One body at a time: the transcripts that queue are the large ones, a batch of them gigabytes.
         assert row.body is not None  # a claimable row has one
         # Written as of when it was queued (its run's end): its retention runs from the run, not from here.
@@ -290,6 +293,17 @@ async def _flush(engine: AsyncEngine, store: TranscriptStore, limit: int, late_u
             break
     remaining, held_now, held_until, erasing = await _left(engine)
     return FlushReport(delivered, 1 if error else 0, remaining, error, held_now, held_until, in_doubt, hint, erasing)
+
+
+async def mark_store(engine: AsyncEngine, store: TranscriptStore) -> None:
+    """Mark an S3 store as this database's (:func:`teamstore.audit.placement.mark_ours`): before the first transcript
+    a flush delivers (the worker that queued it may never have: S3 was down), and when an operator runs `teamstore
+    transcripts flush`, so an erasure reaching it at another endpoint knows it. A failure is logged and the flush
+    goes on: an unmarked bucket is erased at its writers' endpoint alone."""
+    try:
+        await mark_ours(store, engine)
+    except TeamstoreError as exc:
+        log.warning("could not mark the transcript store: %s", exc.message)
 
 
 async def _left(engine: AsyncEngine) -> tuple[int, int, datetime | None, int]:

@@ -1,24 +1,29 @@
 """Whether this machine holds the transcript store a command would write into or sweep.
 
-    from teamstore.audit.placement import check_here, make_here
+    from teamstore.audit.placement import check_here, make_here, mark_ours
 
     await make_here(store, engine)                       # a worker's first transcript: the folder is made here
     await check_here(store, engine, doing="deliver the queued transcripts into")   # flush, sweep: never made
+    await mark_ours(store, engine)                       # flush: an S3 store marked before what it delivers
 
 A folder store is one machine's disk. Seen from another machine (or without its mount) it is absent, and a
 command that made it there would deliver transcripts where nothing on the workers' machine finds them, or sweep
 nothing and report a clean 0. So a folder is made only by a run, or by an operator on purpose
 (``teamstore transcripts flush --make-folder``), with a marker naming the state database's id
 (:func:`teamstore.db.identity.database_id`); a folder whose marker names another database is another
-deployment's. A store reached from anywhere (S3) is always here.
+deployment's. A store reached from anywhere (S3) is always here; another server can hold a bucket of the same
+name, so the first run of a process marks the store as this database's too (``Capability.MARKS``), and an
+erasure that reaches it at another endpoint than its writers did knows the same store (a proxy, another host
+name) from another one (:func:`teamstore.erasure.stores.check_store`).
 """
 
 from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from teamstore.audit.transcripts import store_endpoint
 from teamstore.audit.transcripts.base import Capability, TranscriptStore
-from teamstore.audit.transcripts.capabilities import capability
+from teamstore.audit.transcripts.capabilities import AWS_OWN, capability
 from teamstore.db.identity import database_id
 from teamstore.errors import StorageError, TranscriptFolderElsewhere
 
@@ -26,18 +31,47 @@ from teamstore.errors import StorageError, TranscriptFolderElsewhere
 async def make_here(store: TranscriptStore, engine: AsyncEngine) -> None:
     """Make a folder store on this machine if it has none, marked as this database's (a marker added to one
     made without); a marker there already is kept, and flushed if this process has not (a run whose flush of it
-    failed left it there). Nothing for a store reached from anywhere.
+    failed left it there). A store reached by name from anywhere (S3) is marked as this database's.
 
     Raises:
-        StorageError: The folder could not be made, or its marker flushed. StoreUnavailable: The database's id
-            could not be read.
+        StorageError: The folder could not be made, or its marker flushed. TranscriptUnavailable: The store
+            could not be marked. StoreUnavailable: The database's id could not be read.
     """
     local = capability(store, Capability.HOST_LOCAL)
     if local is None:
+        await mark_ours(store, engine)
         return
     owner = await local.owner() if await local.present() else None
     # A marker's id is only recorded where there is none: the database's is read only then.
     await local.make_here(owner if owner is not None else await database_id(engine))
+
+
+async def mark_ours(store: TranscriptStore, engine: AsyncEngine) -> None:
+    """Mark a store reached by name from anywhere (S3) as this database's (``Capability.MARKS``), unless it is
+    already; nothing for a store without marks.
+
+    Raises:
+        TranscriptUnavailable: The store could not be marked. StoreUnavailable: The database's id could not be read.
+    """
+    if (marks := capability(store, Capability.MARKS)) is not None:
+        await marks.mark(await database_id(engine))
+
+
+async def unmarked_elsewhere(store: TranscriptStore, engine: AsyncEngine, recorded: str | None) -> str | None:
+    """The endpoint ``store`` is reached at, when it is another than ``recorded`` (where its writers reached it,
+    :func:`teamstore.audit.subjects.recorded_endpoints`) and the bucket there carries no mark of this database: it
+    may be another server's bucket of the same name. ``None`` when the store is the one they wrote to, as far as
+    can be told: the same endpoint, or an unknown one (recorded before endpoints were), or marked; or a store
+    without marks (a folder).
+
+    Raises:
+        TranscriptUnavailable: The store could not say. StoreUnavailable: The database's id could not be read.
+    """
+    marks = capability(store, Capability.MARKS)
+    here = store_endpoint(store)
+    if marks is None or recorded is None or recorded == here or await marks.marked(await database_id(engine)):
+        return None
+    return here
 
 
 async def check_here(store: TranscriptStore, engine: AsyncEngine, *, doing: str, make: bool = False) -> None:
@@ -80,3 +114,13 @@ async def check_here(store: TranscriptStore, engine: AsyncEngine, *, doing: str,
             "workers write to",
         )
     await local.make_here(ours)
+
+
+def endpoint_setting(endpoint: str | None) -> str:
+    """The setting that makes a pass's S3 client talk to ``endpoint`` (as recorded, ``"aws"`` for AWS's own)."""
+    return "AWS_ENDPOINT_URL_S3 unset" if endpoint in (None, AWS_OWN) else f"AWS_ENDPOINT_URL_S3={endpoint}"
+
+
+def described(endpoint: str | None) -> str:
+    """``endpoint`` (as recorded) in words."""
+    return "AWS's own S3 endpoint" if endpoint in (None, AWS_OWN) else f"the S3 endpoint {endpoint}"

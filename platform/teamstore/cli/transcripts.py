@@ -195,7 +195,8 @@ def transcripts_flush(
     ),
     as_json: bool = JsonOption,
 ) -> None:
-    """Deliver transcripts waiting in the outbox (queued while the store was unreachable)."""
+    """Deliver transcripts waiting in the outbox (queued while the store was unreachable); an S3 store is marked as
+    this database's first, so an erasure that reaches it through another endpoint knows it."""
     from teamstore.audit import outbox
     from teamstore.audit.placement import check_here
 
@@ -205,6 +206,7 @@ def transcripts_flush(
         # all the same (what retention sweep's refusal says to run).
         if make_folder or await outbox.pending(app.engine):
             await check_here(store, app.engine, doing="deliver the queued transcripts into", make=make_folder)
+        await outbox.mark_store(app.engine, store)
         report = await outbox.flush(app.engine, store, late_upload_s=app.settings.late_upload_seconds)
         return {**asdict(report), "store": store.url}
 

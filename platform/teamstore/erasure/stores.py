@@ -17,24 +17,32 @@ transcript retention, the store talked to must hold some of the subject's transc
 from __future__ import annotations
 
 import hashlib
+import logging
 import shlex
 from datetime import timedelta
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
+from teamstore.audit.placement import described, endpoint_setting, mark_ours, unmarked_elsewhere
 from teamstore.audit.schema import SUBJECT_STORES_SINCE, usage
 from teamstore.audit.subjects import recorded_endpoints, recorded_stores
 from teamstore.audit.transcripts import store_endpoint
 from teamstore.audit.transcripts.base import subject_prefix
-from teamstore.audit.transcripts.capabilities import AWS_OWN, ObjectVersion, holds_any, missing_here
+from teamstore.audit.transcripts.capabilities import (
+    ObjectVersion,
+    holds_any,
+    missing_here,
+)
 from teamstore.db.clock import shared_later
 from teamstore.db.engine import describe_failure
 from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
 from teamstore.erasure.record import load_parts, record_part, replace_parts
 from teamstore.erasure.steps.base import StepContext
-from teamstore.errors import StoreUnavailable, TranscriptStoreMismatch
+from teamstore.errors import StoreUnavailable, TeamstoreError, TranscriptStoreMismatch
 from teamstore.state.schema import store_settings
+
+log = logging.getLogger(__name__)
 
 TRANSCRIPTS = "transcripts"
 """The step whose parts are the transcript stores (:func:`teamstore.erasure.record.record_part`)."""
@@ -182,6 +190,44 @@ async def check_store(ctx: StepContext, retention_days: int) -> None:
         await _check_unrecorded(ctx, ctx.subject_key, retention_days)
 
 
+async def check_same_store(ctx: StepContext) -> None:
+    """Refuse a pass that reaches a store still to empty (or held) at another endpoint than its writers did,
+    unless the store there is marked as this database's (``Capability.MARKS``): a proxy, or the same server under
+    another host name, reaches the bucket they wrote to; another server's bucket of the same name would be listed,
+    found empty and taken for emptied while the transcripts stay where they were written. Asked by the transcript
+    step, before it records or lists anything, so a store that cannot say fails the step as its listing would.
+
+    Raises:
+        TranscriptStoreMismatch: The store reached here carries no mark of this database.
+        TranscriptUnavailable: The store could not say. StoreUnavailable: The database could not be reached.
+    """
+    ours = ctx.transcripts.url
+    if ctx.subject_key is None or (await recorded_stores(ctx.engine, ctx.subject_key)).get(ours) is not False:
+        return  # never written there, or emptied: check_store decides
+    recorded = (await recorded_endpoints(ctx.engine, ctx.subject_key)).get(ours)
+    if (here := await unmarked_elsewhere(ctx.transcripts, ctx.engine, recorded)) is None:
+        return
+    raise TranscriptStoreMismatch(
+        f"this user's transcripts were written to {ours} at {described(recorded)}; this erasure reaches a bucket of "
+        f"that name at {described(here)}, which carries no mark of this database's writers: it may be another "
+        f"server's bucket. {what_stays(ctx)}",
+        hint=f"run erase with {endpoint_setting(recorded)} and {same_request(ctx)}; if {described(here)} reaches "
+        "the same bucket (a proxy, another host name), a worker's first run there, or `teamstore transcripts flush`, "
+        "marks it",
+        stores=(ours,),
+    )
+
+
+async def mark_reached(ctx: StepContext) -> None:
+    """Mark the store a pass reaches (and has recorded, or found marked) as this database's, so a later pass
+    reaching it at another endpoint knows it: a bucket the record's endpoint names is the one this pass talks
+    to. A failure (a role without s3:PutObject) is logged: such a store is erased at its recorded endpoint alone."""
+    try:
+        await mark_ours(ctx.transcripts, ctx.engine)
+    except TeamstoreError as exc:
+        log.warning("erasure: could not mark the transcript store as this database's: %s", exc.message)
+
+
 async def _check_unrecorded(ctx: StepContext, subject_key: str, retention_days: int) -> None:
     """Runs from before stores were recorded left transcripts somewhere, unless retention removed them:
     the store talked to must hold some of them."""
@@ -244,13 +290,3 @@ async def _unrecorded_runs(ctx: StepContext, retention_days: int) -> int:
             f"could not count the user's runs in the ledger: {describe_failure(exc)}",
             hint="check the database, run `teamstore db upgrade`, then rerun the same request id",
         ) from exc
-
-
-def endpoint_setting(endpoint: str | None) -> str:
-    """The setting that makes a pass's S3 client talk to ``endpoint`` (as recorded, ``"aws"`` for AWS's own)."""
-    return "AWS_ENDPOINT_URL_S3 unset" if endpoint in (None, AWS_OWN) else f"AWS_ENDPOINT_URL_S3={endpoint}"
-
-
-def described(endpoint: str | None) -> str:
-    """``endpoint`` (as recorded) in words."""
-    return "AWS's own S3 endpoint" if endpoint in (None, AWS_OWN) else f"the S3 endpoint {endpoint}"

@@ -33,7 +33,8 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from teamstore.audit.subjects import recorded_stores
+from teamstore.audit.placement import described, endpoint_setting, unmarked_elsewhere
+from teamstore.audit.subjects import recorded_endpoints, recorded_stores
 from teamstore.audit.transcripts import record, transcript_store_from_url
 from teamstore.audit.transcripts.base import Capability, TranscriptStore, run_id_of, subject_prefix
 from teamstore.audit.transcripts.capabilities import Versions, capability, missing_here
@@ -84,12 +85,12 @@ class TranscriptExporter:
         for url in (store for store in recorded if store != ctx.transcripts.url):
             other = transcript_store_from_url(url)
             try:
-                await _check_here(other)
+                await _check_here(ctx, subject_key, other)
                 section = section.plus(await self._store(ctx, subject_key, other, archive, runs))
             finally:
                 await other.close()
         if ctx.transcripts.url in recorded:
-            await _check_here(ctx.transcripts)
+            await _check_here(ctx, subject_key, ctx.transcripts)
         return section.plus(await self._store(ctx, subject_key, ctx.transcripts, archive, runs))
 
     async def _store(self, ctx: ExportContext, subject_key: str, store: TranscriptStore, archive: Archive,
@@ -197,16 +198,27 @@ async def _recorded_stores(ctx: ExportContext, subject_key: str) -> list[str]:
     return sorted(store for store, erased in recorded.items() if not erased)
 
 
-async def _check_here(store: TranscriptStore) -> None:
-    """Refuse a folder the subject's transcripts were written to that this machine does not have (the
-    workers' own disk, seen from another host): listed, it would give nothing, as if the user had no
-    transcript there. A folder that exists but holds none of the subject's (swept) gives nothing, rightly.
+async def _check_here(ctx: ExportContext, subject_key: str, store: TranscriptStore) -> None:
+    """Refuse a store the subject's transcripts were written to that this export cannot reach: a folder this
+    machine does not have (the workers' own disk, seen from another host), or a bucket reached at another S3
+    endpoint than its writers' that carries no mark of this database (another server's bucket of the same name).
+    Listed, it would give nothing, as if the user had no transcript there. A store that holds none of the
+    subject's (swept) gives nothing, rightly.
 
     Raises:
-        TranscriptUnavailable: The folder is not here.
+        TranscriptUnavailable: The folder is not here, the bucket may be another one, or it could not say.
+        StoreUnavailable: The database could not be reached.
     """
     if await missing_here(store):
         raise TranscriptUnavailable(
             f"this user's transcripts were written to {store.url}, a folder this machine does not have",
             hint="run the export on the machine whose folder that is (or where it is mounted at the same path)",
+        )
+    recorded = (await recorded_endpoints(ctx.engine, subject_key)).get(store.url)
+    if (here := await unmarked_elsewhere(store, ctx.engine, recorded)) is not None:
+        raise TranscriptUnavailable(
+            f"this user's transcripts were written to {store.url} at {described(recorded)}; this export reaches a "
+            f"bucket of that name at {described(here)}, which carries no mark of this database's writers: it may "
+            "be another server's bucket, and the export would miss them",
+            hint=f"run the export with {endpoint_setting(recorded)}",
         )

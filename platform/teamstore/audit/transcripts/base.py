@@ -47,6 +47,7 @@ class Capability(StrEnum):
     PARTIAL_WRITES = "partial_writes"  # a writer killed mid-write leaves a temporary file: partial_writes() lists them
     HOST_LOCAL = "host_local"  # kept on one machine's disk: present() says whether this machine has it
     SIBLINGS = "siblings"  # sibling() reaches another store of its kind with the same client (another bucket/prefix)
+    MARKS = "marks"  # mark()/marked(): which state databases' writers put transcripts here, read wherever it is reached
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ reaches into a backend's client, bucket or folder.
 | ``LIFECYCLE_RULES`` | :class:`Lifecycle`: the service expires objects (a lifecycle rule) | yes | no (``sweep()`` does) |
 | ``PARTIAL_WRITES`` | :class:`PartialWrites`: temporary files a killed writer left | no (a PUT is whole or absent) | yes |
 | ``HOST_LOCAL`` | :class:`HostLocal`: whether this machine has the store at all, and which database it belongs to | no (reached from anywhere) | yes |
+| ``MARKS`` | :class:`Marks`: a mark per state database whose writers put transcripts here, so a pass reaching the store at another endpoint can tell it (a proxy, another host name) from another server's bucket of the same name | yes (an object per database beside the transcripts) | no (:class:`HostLocal`'s marker) |
 | ``SIBLINGS`` | :class:`Siblings`: another store of the same kind, by its URL, reached with this one's client, and the endpoint that client talks to (recorded with each store) | yes (another bucket or prefix, same endpoint and credentials) | no (a folder is opened by its URL alone) |
 """
 
@@ -228,6 +229,27 @@ class Siblings(Protocol):
         names no valid one). Closing it leaves the client open: this store owns it."""
 
 
+@runtime_checkable
+class Marks(Protocol):
+    """``Capability.MARKS``: the store is reached by name wherever it is asked (an S3 bucket at an endpoint),
+    and another server can hold one of the same name. Writers mark it as their state database's before their
+    first transcript there, so whoever reaches it later, through any endpoint, can tell whether it is that store."""
+
+    async def mark(self, database_id: str) -> None:
+        """Mark the store as one ``database_id``'s writers put transcripts in, unless it is marked so already.
+
+        Raises:
+            TranscriptUnavailable: The store could not be reached, or refused the mark (access denied).
+        """
+
+    async def marked(self, database_id: str) -> bool:
+        """Whether writers of ``database_id`` marked the store (:meth:`mark`).
+
+        Raises:
+            TranscriptUnavailable: The store could not be reached, or refused to say.
+        """
+
+
 PROTOCOLS: dict[Capability, type] = {
     Capability.VERSIONS: Versions,
     Capability.BATCH_DELETE: BatchDelete,
@@ -236,6 +258,7 @@ PROTOCOLS: dict[Capability, type] = {
     Capability.PARTIAL_WRITES: PartialWrites,
     Capability.HOST_LOCAL: HostLocal,
     Capability.SIBLINGS: Siblings,
+    Capability.MARKS: Marks,
 }
 """The protocol each capability with methods of its own stands for."""
 
@@ -254,6 +277,8 @@ def capability(store: TranscriptStore, which: Literal[Capability.PARTIAL_WRITES]
 def capability(store: TranscriptStore, which: Literal[Capability.HOST_LOCAL]) -> HostLocal | None: ...
 @overload
 def capability(store: TranscriptStore, which: Literal[Capability.SIBLINGS]) -> Siblings | None: ...
+@overload
+def capability(store: TranscriptStore, which: Literal[Capability.MARKS]) -> Marks | None: ...
 def capability(store: TranscriptStore, which: Capability) -> object | None:
     """``store`` typed as the protocol of ``which``, or ``None`` when the store does not declare it.
 

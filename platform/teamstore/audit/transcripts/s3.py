@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+import json
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -59,6 +60,11 @@ GZIP_MAGIC = b"\x1f\x8b"
 """How a transcript written before sealing begins (its content type says gzip; a sealed one's, bytes)."""
 
 T = TypeVar("T")
+
+
+MARKS = ".teamstore-databases"
+"""The folder of the store's marks (:meth:`S3TranscriptStore.mark`), beside ``subjects/``: no lifecycle rule
+expires a mark, and no listing of the store's objects shows one."""
 
 
 def rule_id(prefix: str) -> str:
@@ -97,7 +103,7 @@ class S3TranscriptStore:
 
     capabilities = frozenset({
         Capability.VERSIONED_DELETE, Capability.VERSIONS, Capability.BATCH_DELETE, Capability.HOLDS,
-        Capability.LIFECYCLE_RULES, Capability.SIBLINGS,
+        Capability.LIFECYCLE_RULES, Capability.SIBLINGS, Capability.MARKS,
     })
 
     def __init__(self, client: Any, bucket: str, prefix: str = "", *, page_size: int = BATCH,
@@ -193,7 +199,8 @@ class S3TranscriptStore:
     async def list_keys(self, prefix: str) -> list[str]:
         """Keys under ``prefix`` (paginated ``ListObjectsV2``), sorted."""
         full = self._full(prefix) if prefix else (f"{self.prefix}/" if self.prefix else "")
-        return sorted(self._relative(k) for k in await self._call("list", prefix, self._list, full))
+        return sorted(key for key in map(self._relative, await self._call("list", prefix, self._list, full))
+                      if not key.startswith(f"{MARKS}/"))
 
     def _list(self, full_prefix: str) -> list[str]:
         pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full_prefix)
@@ -210,6 +217,8 @@ class S3TranscriptStore:
         while True:
             page = await self._call("list", prefix, self._list_page, full, token)
             for obj in page.get("Contents", []):
+                if self._relative(obj["Key"]).startswith(f"{MARKS}/"):
+                    continue  # a mark (:meth:`mark`), not a transcript
                 yield StoredObject(self._relative(obj["Key"]), obj["LastModified"].astimezone(UTC), int(obj.get("Size", 0)))
             token = page.get("NextContinuationToken")
             if not page.get("IsTruncated") or token is None:
@@ -345,6 +354,35 @@ class S3TranscriptStore:
             Bucket=self.bucket, LifecycleConfiguration={"Rules": rules}
         )
 
+    # --- marks ----------------------------------------------------------------------------------------------------
+    async def mark(self, database_id: str) -> None:
+        """Mark the store as one whose transcripts ``database_id``'s writers put here: the object
+        ``<prefix>/.teamstore-databases/<id>`` (beside ``subjects/``, which the lifecycle rule expires), put only
+        when a ``HeadObject`` finds none, so a versioned bucket gains no version a worker.
+
+        Raises:
+            TranscriptUnavailable: S3 unreachable, or refusing (the worker's role needs s3:PutObject on the
+                transcript prefix, as for transcripts).
+        """
+        if await self.marked(database_id):
+            return
+        body = json.dumps({"database_id": database_id}).encode()
+        await self._call("mark", _mark_key(database_id), self.client.put_object, Bucket=self.bucket,
+                         Key=self._full(_mark_key(database_id)), Body=body, ContentType="application/json")
+
+    async def marked(self, database_id: str) -> bool:
+        """Whether ``database_id``'s writers marked the store (:meth:`mark`): one ``HeadObject``.
+
+        Raises:
+            TranscriptUnavailable: S3 unreachable, or refusing.
+        """
+        key = _mark_key(database_id)
+        try:
+            await self._call("mark", key, self.client.head_object, Bucket=self.bucket, Key=self._full(key))
+        except TranscriptNotFound:
+            return False
+        return True
+
     # --- requests on the store's threads -------------------------------------------------------------------------
     async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
@@ -372,6 +410,14 @@ class S3TranscriptStore:
             executor.shutdown(wait=False, cancel_futures=True)
         if self._owns_client:
             await asyncio.to_thread(self.client.close)
+
+
+def _mark_key(database_id: str) -> str:
+    """The key of ``database_id``'s mark (:meth:`S3TranscriptStore.mark`)."""
+    if not re.fullmatch(r"[0-9a-f]{32}", database_id):
+        raise ConfigurationError("a transcript store's mark names a database id of 32 hex characters",
+                                 hint="pass teamstore.db.identity.database_id(engine)")
+    return f"{MARKS}/{database_id}"
 
 
 def _replaced_by(old: dict[str, Any], new: dict[str, Any]) -> bool:

@@ -36,6 +36,7 @@ _NEEDS = {
     "read": "s3:GetObject on the transcript prefix",
     "list": "s3:ListBucket on the bucket",
     "delete": "s3:ListBucketVersions, s3:DeleteObject and s3:DeleteObjectVersion on the transcript prefix",
+    "mark": "s3:GetObject and s3:PutObject on the transcript prefix",
     "configure": "s3:GetLifecycleConfiguration and s3:PutLifecycleConfiguration on the bucket",
 }
 """What an access-denied request of each kind needs."""

@@ -31,6 +31,7 @@ estimate, wrong in its bytes when a hold is lifted while a copy restored there i
 
 from __future__ import annotations
 
+from teamstore.audit.placement import described, endpoint_setting
 from teamstore.audit.subjects import mark_store_erased, recorded_endpoints, recorded_stores
 from teamstore.audit.transcripts import Capability, capability, store_beside, store_endpoint
 from teamstore.audit.transcripts.base import TranscriptStore, subject_prefix
@@ -43,8 +44,6 @@ from teamstore.erasure.stores import (
     EARLIER,
     HELD,
     TRANSCRIPTS,
-    described,
-    endpoint_setting,
     held_before,
     held_id,
     mismatch,

@@ -49,7 +49,9 @@ from teamstore.erasure.steps.views import (
 from teamstore.erasure.stores import (
     EARLIER,
     HELD,
+    check_same_store,
     held_stores,
+    mark_reached,
     mismatch,
     pending_stores,
     record_held,
@@ -73,6 +75,7 @@ class TranscriptStep:
         if ctx.subject_key is None:
             return Counts()
         try:
+            await rerunnable(check_same_store(ctx))
             return (await tallied(view_of(ctx.transcripts, ctx.held), subject_prefix(ctx.subject_key))).counts()
         except TranscriptUnavailable as exc:
             cause = exc.__cause__  # the store's own error, before rerunnable named the request
@@ -101,10 +104,12 @@ class TranscriptStep:
         """
         if ctx.subject_key is None:
             return StoreResult(status=StepStatus.DELETED, counts=prior.counts if prior else Counts())
+        await rerunnable(check_same_store(ctx))  # the bucket its writers used, not another server's of its name
         # Recorded before anything is deleted (a no-op if it is already): a rerun of this request then talks
         # to this store again, even for transcripts written before stores were recorded.
         await record_store(ctx.engine, ctx.subject_key, ctx.transcripts.url,
                            endpoint=store_endpoint(ctx.transcripts), erasing=True)
+        await mark_reached(ctx)
         view, prefix = view_of(ctx.transcripts, ctx.held), subject_prefix(ctx.subject_key)
         others, before = await _parts(ctx, prior)
         tally = await tallied(view, prefix)

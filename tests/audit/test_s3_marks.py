@@ -1,0 +1,85 @@
+"""An S3 store's marks: which state databases' writers put transcripts in it, read by an erasure that reaches the
+bucket at another endpoint than they did (:func:`teamstore.erasure.stores.check_same_store`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import boto3
+import pytest
+from typer.testing import CliRunner
+
+from teamstore.audit.transcripts.base import run_key
+from teamstore.audit.transcripts.record import RunKeys
+from teamstore.audit.transcripts.s3 import MARKS, S3TranscriptStore, make_client
+from teamstore.cli import app
+from teamstore.db.engine import create_engine
+from teamstore.db.identity import database_id
+from teamstore.errors import ConfigurationError
+from teamstore.settings import Settings
+
+pytestmark = pytest.mark.s3
+OURS, THEIRS = "a" * 32, "b" * 32
+KEYS = RunKeys("c" * 32, "d" * 32)
+
+
+@pytest.fixture
+async def store(s3_bucket: str) -> S3TranscriptStore:
+    boto3.client("s3").put_bucket_versioning(Bucket=s3_bucket, VersioningConfiguration={"Status": "Enabled"})
+    return S3TranscriptStore(make_client(), s3_bucket, "audit")
+
+
+async def test_a_mark_is_kept_once_beside_the_transcripts_out_of_their_listings_and_their_lifecycle_rule(
+    store: S3TranscriptStore
+) -> None:
+    await store.put(run_key(KEYS, "r1"), b"transcript")
+    assert not await store.marked(OURS)
+
+    await store.mark(OURS)
+    await store.mark(OURS)  # a second worker: found, not put again
+
+    assert await store.marked(OURS) and not await store.marked(THEIRS)
+    assert await store.list_keys("") == [run_key(KEYS, "r1")]
+    assert [found.key async for found in store.scan("")] == [run_key(KEYS, "r1")]
+    versions = store.client.list_object_versions(Bucket=store.bucket, Prefix=f"audit/{MARKS}/")["Versions"]
+    assert [(v["Key"], v["IsLatest"]) for v in versions] == [(f"audit/{MARKS}/{OURS}", True)]
+    body = store.client.get_object(Bucket=store.bucket, Key=f"audit/{MARKS}/{OURS}")["Body"].read()
+    assert json.loads(body) == {"database_id": OURS}
+    rule = await store.apply_retention(30)
+    assert not f"audit/{MARKS}/{OURS}".startswith(rule["Filter"]["Prefix"])  # no lifecycle rule expires a mark
+    await store.close()
+
+
+async def test_a_mark_names_a_database_id_and_nothing_else(store: S3TranscriptStore) -> None:
+    for bad in ("", "../subjects/x", "A" * 32, "a" * 31, f"{'a' * 32}/x"):
+        with pytest.raises(ConfigurationError):
+            await store.mark(bad)
+        with pytest.raises(ConfigurationError):
+            await store.marked(bad)
+    await store.close()
+
+
+def test_a_flush_marks_an_s3_store_as_this_database_s_with_nothing_queued(
+    s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a refusal of an erasure through another endpoint says to run, where the workers reach the bucket."""
+    monkeypatch.setenv("TEAMSTORE_TRANSCRIPTS_URL", f"s3://{s3_bucket}/teamstore")
+    assert CliRunner().invoke(app, ["db", "upgrade"]).exit_code == 0
+    assert not asyncio.run(_marked(s3_bucket))
+
+    flushed = CliRunner().invoke(app, ["transcripts", "flush", "--json"])
+
+    assert flushed.exit_code == 0, flushed.output
+    assert json.loads(flushed.stdout)["delivered"] == 0 and asyncio.run(_marked(s3_bucket))
+
+
+async def _marked(bucket: str) -> bool:
+    """Whether the default database's writers marked ``s3://bucket/teamstore``."""
+    engine = create_engine(Settings().resolved_database_url)
+    store = S3TranscriptStore(make_client(), bucket, "teamstore")
+    try:
+        return await store.marked(await database_id(engine))
+    finally:
+        await store.close()
+        await engine.dispose()
