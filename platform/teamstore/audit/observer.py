@@ -34,14 +34,16 @@ from teamstore.audit import claims, outbox
 from teamstore.audit.claims import Queued
 from teamstore.audit.ledger_observer import LedgerObserver
 from teamstore.audit.metrics import MetricsObserver
-from teamstore.audit.placement import make_here
+from teamstore.audit.placement import make_here, mark_ours
 from teamstore.audit.price_sync import PriceSync
 from teamstore.audit.prices import load_prices
 from teamstore.audit.pseudonyms import Pseudonyms
 from teamstore.audit.span_observer import SpanObserver
 from teamstore.audit.subjects import record_store
 from teamstore.audit.transcripts import (
+    Capability,
     TranscriptStore,
+    capability,
     run_key,
     store_endpoint,
     transcript_store_from_settings,
@@ -252,15 +254,28 @@ class TranscriptObserver:
             self._noted.popitem(last=False)
 
     async def _place(self) -> None:
-        """Make a folder store here, or mark an S3 one, as this database's (:func:`teamstore.audit.placement.make_here`),
-        before the first transcript goes there; once per process. A failure is logged: a folder's upload then says it
-        too, and the transcript waits in the outbox; an unmarked bucket is erased at its writers' endpoint alone."""
+        """Make a folder store here as this database's (:func:`teamstore.audit.placement.make_here`) before the first
+        transcript goes there, or mark an S3 one so (beside the run, off its path: only an erasure or export through
+        another endpoint reads the mark); once per process. A failure is logged: a folder's upload then says it too,
+        and the transcript waits in the outbox; an unmarked bucket is erased at its writers' endpoint alone, and a
+        later run tries again."""
+        if capability(self.store, Capability.MARKS) is not None:
+            self._placed = True  # one mark on its way at a time
+            self._spawn(self._mark())
+            return
         try:
             await make_here(self.store, self.engine)
         except TeamstoreError as exc:
-            log.warning("could not make or mark the transcript store: %s", exc.message)
+            log.warning("could not make the transcript folder here: %s", exc.message)
             return
         self._placed = True
+
+    async def _mark(self) -> None:
+        try:
+            await mark_ours(self.store, self.engine)
+        except TeamstoreError as exc:
+            self._placed = False
+            log.warning("could not mark the transcript store as this database's: %s", exc.message)
 
     async def _queue(self, row: Queued, body: bytes, upload: asyncio.Future[None], exc: Exception) -> None:
         """Queue a transcript whose upload failed or is still on its way. An upload that may still land (on its

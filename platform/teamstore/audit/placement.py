@@ -3,8 +3,8 @@
     from teamstore.audit.placement import check_here, make_here, mark_ours
 
     await make_here(store, engine)                       # a worker's first transcript: the folder is made here
+    await mark_ours(store, engine)                       # ... or an S3 bucket marked as this database's
     await check_here(store, engine, doing="deliver the queued transcripts into")   # flush, sweep: never made
-    await mark_ours(store, engine)                       # flush: an S3 store marked before what it delivers
 
 A folder store is one machine's disk. Seen from another machine (or without its mount) it is absent, and a
 command that made it there would deliver transcripts where nothing on the workers' machine finds them, or sweep
@@ -31,15 +31,14 @@ from teamstore.errors import StorageError, TranscriptFolderElsewhere
 async def make_here(store: TranscriptStore, engine: AsyncEngine) -> None:
     """Make a folder store on this machine if it has none, marked as this database's (a marker added to one
     made without); a marker there already is kept, and flushed if this process has not (a run whose flush of it
-    failed left it there). A store reached by name from anywhere (S3) is marked as this database's.
+    failed left it there). Nothing for a store reached from anywhere (S3: :func:`mark_ours`).
 
     Raises:
-        StorageError: The folder could not be made, or its marker flushed. TranscriptUnavailable: The store
-            could not be marked. StoreUnavailable: The database's id could not be read.
+        StorageError: The folder could not be made, or its marker flushed. StoreUnavailable: The database's id
+            could not be read.
     """
     local = capability(store, Capability.HOST_LOCAL)
     if local is None:
-        await mark_ours(store, engine)
         return
     owner = await local.owner() if await local.present() else None
     # A marker's id is only recorded where there is none: the database's is read only then.
