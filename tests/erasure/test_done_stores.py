@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -195,14 +196,14 @@ async def test_an_emptied_bucket_since_deleted_is_reported_as_not_listed_again_a
 
 @pytest.mark.s3
 async def test_a_done_bucket_written_at_another_s3_endpoint_is_reported_as_not_reachable_here_with_that_endpoint(
-    engine: AsyncEngine, s3_env: str, monkeypatch: pytest.MonkeyPatch
+    engine: AsyncEngine, s3_env: str, fresh_moto: str
 ) -> None:
     """A MinIO beside AWS: through this erasure's client, a bucket of that name is another one (or none, which is
     no sign that the store is gone): it is not listed there, and the receipt names the endpoint that reaches it."""
-    elsewhere = s3_env.replace("127.0.0.1", "localhost")  # the same server under another name: another endpoint
-    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", elsewhere)
-    first = S3TranscriptStore(make_client(), versioned_bucket(), "audit")
-    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_env)
+    other = boto3.client("s3", endpoint_url=fresh_moto)
+    other.create_bucket(Bucket=(name := versioned_bucket()))  # the same name on both servers
+    other.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
+    first = S3TranscriptStore(other, name, "audit")
     second = S3TranscriptStore(make_client(), versioned_bucket(), "audit")
     subject = await _written(engine, {first: 2, second: 1})
     with pytest.raises(TranscriptStoreMismatch) as named:
@@ -215,11 +216,37 @@ async def test_a_done_bucket_written_at_another_s3_endpoint_is_reported_as_not_r
     receipt = await coordinator(engine, second).run(USER, request_id="req-endpoint")
 
     assert receipt.status is RequestStatus.COMPLETED, receipt
-    assert f"{first.url} (not reachable here: it was written at the S3 endpoint {elsewhere} and this erasure talks to " \
-        f"the S3 endpoint {s3_env}; a pass with AWS_ENDPOINT_URL_S3={elsewhere} reaches it)" in (
-            receipt.stores["transcripts"].detail or "")
+    assert f"{first.url} (not reachable here: it was written at the S3 endpoint {fresh_moto} and this erasure talks " \
+        f"to the S3 endpoint {s3_env}, where a bucket of its name carries no mark of this database; a pass with " \
+        f"AWS_ENDPOINT_URL_S3={fresh_moto} reaches it)" in (receipt.stores["transcripts"].detail or "")
     assert receipt.stores["transcripts"].counts.objects == 3  # the restored copy was never listed
     assert await first.list_keys(subject_prefix(subject)) == [f"{subject_prefix(subject)}{RESTORED}"]
+    await first.close()
+    await second.close()
+
+
+@pytest.mark.s3
+async def test_a_done_bucket_written_under_another_name_of_the_same_server_is_found_marked_and_listed_again(
+    engine: AsyncEngine, s3_env: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pass that emptied it marked it; through this pass's client it is the same bucket, so what came back
+    there is erased rather than left (it was named as not reachable here before stores were marked)."""
+    alias = s3_env.replace("127.0.0.1", "localhost")  # the same server under another name: another endpoint
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", alias)
+    first = S3TranscriptStore(make_client(), versioned_bucket(), "audit")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_env)
+    second = S3TranscriptStore(make_client(), versioned_bucket(), "audit")
+    subject = await _written(engine, {first: 2, second: 1})
+    with pytest.raises(TranscriptStoreMismatch):
+        await coordinator(engine, first).run(USER, request_id="req-alias")
+    await first.put(f"{subject_prefix(subject)}{RESTORED}", b"restored transcript")
+
+    receipt = await coordinator(engine, second).run(USER, request_id="req-alias")
+
+    assert receipt.status is RequestStatus.COMPLETED, receipt
+    assert receipt.stores["transcripts"].detail is None
+    assert receipt.stores["transcripts"].counts.objects == 4  # the restored copy with the three written
+    assert await first.list_keys(subject_prefix(subject)) == []
     await first.close()
     await second.close()
 

@@ -13,7 +13,8 @@ erasure's own settings (:func:`teamstore.audit.transcripts.store_beside`: a fold
 bucket or prefix through the configured S3 client); what no hold keeps there is counted and recorded (status
 ``enumerated``), then deleted, and the verification lists them once more. A done store this pass cannot reach
 for good (a folder this machine lacks, an S3 store where it talks to folders or the reverse, or written at
-another S3 endpoint than its client talks to, a bucket that no longer exists) does not hold the request open:
+another S3 endpoint than its client talks to, where a bucket of its name carries no mark of this database, a bucket
+that no longer exists) does not hold the request open:
 each pass would name another store forever when the stores are two machines' folders (or at two endpoints: a
 pass has one client). It is reported, with why, as not listed again, once its last sweep finished (one that
 counted versions there and did not delete them all stops the request, naming it, as a store still to empty).
@@ -31,9 +32,9 @@ estimate, wrong in its bytes when a hold is lifted while a copy restored there i
 
 from __future__ import annotations
 
-from teamstore.audit.placement import described, endpoint_setting
+from teamstore.audit.placement import described, endpoint_setting, unmarked_elsewhere
 from teamstore.audit.subjects import mark_store_erased, recorded_endpoints, recorded_stores
-from teamstore.audit.transcripts import Capability, capability, store_beside, store_endpoint
+from teamstore.audit.transcripts import Capability, capability, store_beside
 from teamstore.audit.transcripts.base import TranscriptStore, subject_prefix
 from teamstore.audit.transcripts.capabilities import HoldStatus, holds_any, missing_here
 from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
@@ -176,10 +177,10 @@ async def _reached(ctx: StepContext, url: str) -> TranscriptStore | str:
     store = store_beside(ctx.transcripts, url)
     if store is None:
         return f"this erasure, talking to {ctx.transcripts.url}, cannot reach that kind of store"
-    if (elsewhere := await _elsewhere(ctx, url, store)) is not None:
-        await _close(ctx, store)
-        return elsewhere
     try:
+        if (elsewhere := await _elsewhere(ctx, url, store)) is not None:
+            await _close(ctx, store)
+            return elsewhere
         if not await missing_here(store):
             await holds_any(store, _prefix(ctx))
             return store
@@ -198,15 +199,22 @@ async def _reached(ctx: StepContext, url: str) -> TranscriptStore | str:
 
 async def _elsewhere(ctx: StepContext, url: str, store: TranscriptStore) -> str | None:
     """Why ``store`` (``url``, reached through this erasure's client) is not reachable here: recorded at another
-    endpoint than the client talks to, where a bucket of its name, if any, is another one. None when it is not, or
-    its endpoint is unknown (recorded before migration 0029): such a store is reached through this pass's client."""
+    endpoint than the client talks to, where a bucket of its name, if any, carries no mark of this database (another
+    server's). None when it is not, when the bucket there is marked (the same server through a proxy or another
+    host name), or when its endpoint is unknown (recorded before migration 0029): such a store is reached through
+    this pass's client.
+
+    Raises:
+        TranscriptUnavailable: The bucket could not say whether it is marked.
+    """
     if store is ctx.transcripts or capability(store, Capability.SIBLINGS) is None:
         return None
-    recorded, ours = (await recorded_endpoints(ctx.engine, _subject(ctx))).get(url), store_endpoint(ctx.transcripts)
-    if recorded is None or recorded == ours:
+    recorded = (await recorded_endpoints(ctx.engine, _subject(ctx))).get(url)
+    if (ours := await unmarked_elsewhere(store, ctx.engine, recorded)) is None:
         return None
     return (f"not reachable here: it was written at {described(recorded)} and this erasure talks to "
-            f"{described(ours)}; a pass with {endpoint_setting(recorded)} reaches it")
+            f"{described(ours)}, where a bucket of its name carries no mark of this database; a pass with "
+            f"{endpoint_setting(recorded)} reaches it")
 
 
 async def _left_unlisted(ctx: StepContext, url: str, part: StoreResult | None, why: str) -> str:
