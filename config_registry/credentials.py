@@ -273,6 +273,17 @@ def flag_credential(items: list[Any], index: int, *, script: bool = False) -> st
     return _argument_credential(match.group(2) if match and match.group(2) is not None else item, raw=raw)
 
 
+def flag_given(items: list[Any], index: int) -> str | None:
+    """The flag item ``index`` of an argument list gives its value to: its own (``--secret-id=VALUE``), or a bare
+    flag's before it (``--secret-id VALUE``); ``None`` for any other item."""
+    item = items[index]
+    match = _FLAG.fullmatch(item) if isinstance(item, str) else None
+    if match and match.group(2) is not None:
+        return match.group(1)
+    previous = _FLAG.fullmatch(items[index - 1]) if index and isinstance(items[index - 1], str) else None
+    return previous.group(1) if previous and previous.group(2) is None and not match else None
+
+
 def _flag_command_credential(match: re.Match[str] | None, previous: Any, item: str) -> str | None:
     """What a command line given to a flag that says it holds one holds (``--password-command "echo VALUE"``,
     ``--password-command=...``), read as :func:`kept_command_credential` reads it."""

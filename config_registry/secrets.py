@@ -24,6 +24,7 @@ from config_registry.credentials import (
     encoded_script_credential,
     environment_value_credential,
     flag_credential,
+    flag_given,
     holds_no_credential,
     kept_command_credential,
     names_secrets_id,
@@ -144,7 +145,9 @@ def _check_undeclared(path: str, key: str, value: Any, parent: Any, *, shell_run
         return
     found = _found_in_value(path, key, value, parent, shell_runs=shell_runs)
     if found is not None:
-        _refuse_plaintext(path, found, name=key)
+        # An argument is named by its flag (``--secret-id VALUE``): what says how to give a reference instead.
+        flag = flag_given(parent, int(key)) if isinstance(parent, list) else None
+        _refuse_plaintext(path, found, name=flag or key)
 
 
 def _found_in_value(path: str, key: str, value: Any, parent: Any, *, shell_runs: bool) -> str | None:

@@ -383,3 +383,18 @@ def test_a_secret_given_under_a_secret_id_is_refused(value: str) -> None:
         assert value not in f"{refused.message} {refused.hint}"
     refused = _refused(_component(fields={"secret_id": value}))
     assert "give its path or reference (prod/db, an ARN" in (refused.hint or "")
+
+
+@pytest.mark.parametrize("args", [
+    ["secretsmanager", "get-secret-value", "--secret-id", "crm-db-password"],
+    ["secretsmanager", "get-secret-value", "--secret-id=crm-db-password"],
+])
+def test_a_secret_id_flag_given_a_single_word_is_refused_saying_how_to_give_the_secret_s_path(
+    args: list[str]
+) -> None:
+    """A field's and a variable's refusal said so; an argument's, named by its index, did not."""
+    refused = _refused(stdio_component(None, args, None, None, command="aws"))
+    assert "give its path or reference (prod/db, an ARN" in (refused.hint or "")
+    assert "crm-db-password" not in f"{refused.message} {refused.hint}"
+    other = _refused(stdio_component(None, ["--password", "crm-db-password"], None, None, command="psql"))
+    assert "give its path or reference" not in (other.hint or "")  # a password's flag names no secret store
