@@ -2,7 +2,8 @@
 nothing and go up again, on Postgres store session states with lz4 (migration 0006), and keep erasure requests
 filed as twins before request ids were unique as twins compare them (migration 0022), and keep quarantined states
 with their ids while never giving an id again (migration 0025), and count the calls an earlier release recorded as
-answered with no tokens as calls of unknown usage (migration 0028)."""
+answered with no tokens as calls of unknown usage (migration 0028), and give an export left running a lease
+ending a day after it began (migration 0031)."""
 
 from __future__ import annotations
 
@@ -404,4 +405,29 @@ async def test_a_store_recorded_before_endpoints_were_reads_as_aws_own_until_an_
     await record_store(engine, subject, "s3://audit/teamstore", endpoint="http://minio:9000", erasing=True)
     await record_store(engine, subject, "s3://audit/teamstore", endpoint="http://other:9000", erasing=True)
     assert await recorded_endpoints(engine, subject) == {"s3://audit/teamstore": "http://minio:9000"}
+    await engine.dispose()
+
+
+async def test_an_export_left_running_before_leases_is_taken_for_alive_a_day_after_it_began_then_closed(
+    database_url: str,
+) -> None:
+    # Migration 0031: a record an export killed outright left `running` had nothing to tell it from a live one.
+    from teamstore.db.clock import utc
+    from teamstore.export.requests import close_abandoned, get_export
+
+    engine = create_engine(database_url)
+    await upgrade(engine, "0030")
+    began = {"ex-yesterday": datetime.now(UTC) - timedelta(days=2), "ex-today": datetime.now(UTC)}
+    async with engine.begin() as conn:  # as the records before 0031 hold them
+        for export_id, started in began.items():
+            await conn.execute(text("INSERT INTO ts_export_requests (export_id, operator, status, started_at) "
+                                    "VALUES (:id, 'dpo', 'running', :started)"), {"id": export_id, "started": started})
+    assert await upgrade(engine) == head_revision()
+
+    assert await close_abandoned(engine) == 1
+    old, new = await get_export(engine, "ex-yesterday") or {}, await get_export(engine, "ex-today") or {}
+    assert old["status"] == "failed" and str(old["detail"]).startswith("abandoned: ")
+    ended = utc(old["finished_at"])
+    assert ended is not None and abs(ended - began["ex-yesterday"] - timedelta(days=1)) < timedelta(seconds=1)
+    assert new["status"] == "running" and new["owner"] is None
     await engine.dispose()

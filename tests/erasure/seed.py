@@ -78,7 +78,7 @@ async def seed_user(
     await store.put(keys[0], gzip.compress(f'{{"rewritten": "{canary}"}}'.encode()))
     await _quarantine_and_outbox(platform.engine, user_id, subject, canary, keys[0])
     await open_export(platform.engine, new_export_id(), subject, user_id=user_id, requested_by="ticket 881",
-                      operator="dpo")
+                      operator="dpo", owner="seed")
     return Seeded(user_id, canary, subject, run_ids)
 
 

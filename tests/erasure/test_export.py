@@ -242,11 +242,11 @@ async def test_an_export_record_written_while_an_erasure_fences_the_user_or_afte
     async with engine.begin() as conn:
         await conn.execute(delete(user_holds))
         await conn.execute(delete(subjects).where(subjects.c.subject_key == subject))
-    await open_export(engine, "ex-late", subject, user_id=ALICE, requested_by=None, operator="dpo")
+    await open_export(engine, "ex-late", subject, user_id=ALICE, requested_by=None, operator="dpo", owner="o")
     late = await get_export(engine, "ex-late")
     assert late is not None and late["subject_key"] is None
     await open_export(engine, "ex-bob", await get_or_create_subject(engine, "bob"), user_id="bob", requested_by=None,
-                      operator="dpo")
+                      operator="dpo", owner="o")
     bob = await get_export(engine, "ex-bob")
     assert bob is not None and bob["subject_key"] == await find_subject(engine, "bob")  # linked, as ever
 

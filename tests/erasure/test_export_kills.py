@@ -1,10 +1,13 @@
 """An export killed outright as it finishes (SIGKILL, a crash, a power loss) never leaves a record saying the
 request was answered without its archive in place: the archive is on disk (its files, then the folder that holds
-it) and in place before the record says ``exported``; until then the record stays ``running``, where the
-documented clean-up looks for the temporary archive. Real processes, killed at the commit."""
+it) and in place before the record says ``exported``; until then the record stays ``running``, under a lease its
+export renews, so that once the lease has passed the next export closes it as abandoned and removes the temporary
+archive it left (named by its export id); a live export's record is never closed. Real processes, killed at the
+commit."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -14,15 +17,19 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import teamstore.export.archive as archive_module
 import teamstore.export.requests as export_requests_module
+from teamstore.audit.prices import load_prices
 from teamstore.audit.subjects import get_or_create_subject
 from teamstore.audit.transcripts.local import LocalTranscriptStore
+from teamstore.db.clock import utc
 from teamstore.errors import ExportFailed, StoreUnavailable
-from teamstore.export.requests import get_export
+from teamstore.export import ExportContext, ExportCoordinator, Section, store_exporters
+from teamstore.export.archive import Writable
+from teamstore.export.requests import close_abandoned, get_export, new_export_id, open_export, renew
 from teamstore.export.schema import export_requests
 from tests.erasure.test_export import exporter, loaded, unpack
 
@@ -41,7 +48,7 @@ _KILLED_EXPORT = textwrap.dedent("""
     def die(*_):
         os.kill(os.getpid(), signal.SIGKILL)
 
-    async def die_async(*_):
+    async def die_async(*_, **__):
         die()
 
     if sys.argv[3] == "flush":
@@ -82,6 +89,119 @@ async def test_an_export_killed_before_its_archive_is_on_disk_stays_running_besi
     assert (record["status"], record["manifest"]) == ("running", None)
     left = sorted(p.name for p in out.iterdir())
     assert len(left) == 1 and left[0].startswith(f".{name}.") and left[0].endswith(".partial"), left
+
+
+async def _lease_passed(engine: AsyncEngine, export_id: str) -> None:
+    """As if the export's lease had run out since (it ended when the export began)."""
+    async with engine.begin() as conn:
+        await conn.execute(update(export_requests).where(export_requests.c.export_id == export_id)
+                           .values(lease_until=export_requests.c.started_at))
+
+
+@pytest.mark.parametrize("name", ["gil.zip", "gil"])
+async def test_an_export_killed_outright_is_closed_as_abandoned_by_the_next_which_removes_its_temporary_archive(
+    engine: AsyncEngine, database_url: str, tmp_path: Path, name: str
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    record = await _killed_export(engine, database_url, out / name, "flush")
+    killed = str(record["export_id"])
+    assert record["owner"] and record["lease_until"] is not None
+    assert [p.name for p in out.iterdir()] == [f".{name}.{killed}.partial"]  # named by its export's id
+    assert await close_abandoned(engine) == 0  # its lease has not passed: it could be alive (on another host)
+    assert (await get_export(engine, killed) or {})["status"] == "running"
+    others = [out / f".{name}.{new_export_id()}.partial", out / f".{name}.mine.partial", out / f".other.{killed}.partial"]
+    for other in others:  # not this export's, or not teamstore's: never removed
+        other.write_text("kept")
+    await _lease_passed(engine, killed)
+
+    done = await exporter(engine, LocalTranscriptStore(tmp_path / "t")).run("gil", out / name, operator="dpo")
+
+    assert done.path == out / name  # not kept from running by the record
+    assert sorted(out.iterdir()) == sorted([out / name, *others])
+    closed = await get_export(engine, killed) or {}
+    assert closed["status"] == "failed" and str(closed["detail"]).startswith("abandoned: "), closed
+    assert f".*.{killed}.partial beside the target" in str(closed["detail"])
+    assert utc(closed["finished_at"]) == utc(closed["lease_until"])  # since when
+    earlier = loaded(unpack(done.path), "exports.json")["earlier_exports"]
+    assert [(row["export_id"], row["status"]) for row in earlier] == [(killed, "failed")]
+    assert await close_abandoned(engine) == 0 and await get_export(engine, killed) == closed  # closed once
+
+
+class _Waits:
+    """An exporter that waits for its export's lease to be renewed, then has abandoned exports closed."""
+
+    name = "waits"
+
+    async def export(self, ctx: ExportContext, archive: Writable) -> Section:
+        first = (await get_export(ctx.engine, ctx.export_id) or {})["lease_until"]
+        for _ in range(600):
+            await asyncio.sleep(0.05)
+            if utc((await get_export(ctx.engine, ctx.export_id) or {})["lease_until"]) > utc(first):  # type: ignore[operator]
+                break
+        else:
+            raise AssertionError("the export's lease was never renewed")
+        assert await close_abandoned(ctx.engine) == 0
+        return Section()
+
+
+class _Stalls:
+    """An exporter whose export's lease runs out as it reads (a process paused past it), and another export's
+    clean-up closes its record meanwhile."""
+
+    name = "stalls"
+
+    async def export(self, ctx: ExportContext, archive: Writable) -> Section:
+        await _lease_passed(ctx.engine, ctx.export_id)
+        assert await close_abandoned(ctx.engine) == 1
+        return Section()
+
+
+async def test_a_running_export_renews_its_lease_so_its_record_is_never_closed_as_abandoned(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    await get_or_create_subject(engine, "gil")
+    coordinator = ExportCoordinator(engine, LocalTranscriptStore(tmp_path / "t"), [*store_exporters(), _Waits()],
+                                    load_prices(), lease_seconds=3)
+
+    done = await coordinator.run("gil", tmp_path / "gil.zip", operator="dpo")
+
+    assert (await get_export(engine, done.manifest.export_id) or {})["status"] == "exported"
+
+
+async def test_an_export_whose_record_was_closed_as_abandoned_fails_and_leaves_no_archive(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    await get_or_create_subject(engine, "gil")
+    out = tmp_path / "out"
+    out.mkdir()
+    coordinator = ExportCoordinator(engine, LocalTranscriptStore(tmp_path / "t"), [*store_exporters(), _Stalls()],
+                                    load_prices())
+    opened: list[str] = []
+    coordinator.opened = opened.append
+
+    with pytest.raises(ExportFailed, match="was recorded as abandoned while it ran"):
+        await coordinator.run("gil", out / "gil.zip", operator="dpo")
+
+    assert list(out.iterdir()) == []
+    (record,) = [await get_export(engine, export_id) for export_id in opened]
+    assert record is not None and record["status"] == "failed" and str(record["detail"]).startswith("abandoned: ")
+
+
+async def test_a_record_is_closed_as_abandoned_only_once_its_lease_has_passed_and_then_renews_no_more(
+    engine: AsyncEngine,
+) -> None:
+    export_id = new_export_id()
+    await open_export(engine, export_id, None, user_id="gil", requested_by=None, operator="dpo", owner="host:1:a")
+    assert await renew(engine, export_id, "host:1:a") and not await renew(engine, export_id, "host:2:b")
+    assert await close_abandoned(engine) == 0
+    await _lease_passed(engine, export_id)
+    assert await close_abandoned(engine) == 1
+    assert not await renew(engine, export_id, "host:1:a")
+    with pytest.raises(ExportFailed, match="recorded as abandoned"):
+        await export_requests_module.finish_export(engine, export_id, "exported", {}, owner="host:1:a")
+    await export_requests_module.fail_export(engine, export_id, "stopped as it began")  # keeps what it says
+    assert str((await get_export(engine, export_id) or {})["detail"]).startswith("abandoned: ")
 
 
 @pytest.mark.parametrize("name", ["gil.zip", "gil"])
@@ -127,7 +247,7 @@ async def test_every_file_and_folder_of_an_archive_is_on_disk_before_its_export_
 async def test_an_archive_in_place_is_removed_when_its_export_cannot_be_recorded(
     engine: AsyncEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
-    async def gone(*_: object) -> None:  # the database lost just as the outcome is recorded
+    async def gone(*_: object, **__: object) -> None:  # the database lost just as the outcome is recorded
         raise StoreUnavailable("could not record the export's manifest", hint="check the database")
 
     monkeypatch.setattr(export_requests_module, "finish_export", gone)

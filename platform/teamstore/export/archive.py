@@ -10,7 +10,7 @@
         index.write_line(b"...")
     archive.commit()                                # or archive.abort(): nothing is left
 
-Files are written under a temporary name beside the target (``.alice.zip.<random>.partial``), created
+Files are written under a temporary name beside the target (``.alice.zip.<export id>.partial``), created
 owner-only (``0600``; folders ``0700``), and moved to the target only once every store has been read and
 the manifest written: a failed export leaves nothing, never a partial archive that looks complete. The
 target is never overwritten. A commit puts every byte on disk (the files, then the folder that holds the
@@ -116,9 +116,9 @@ class LineSpool:
 class _Recorded:
     """What both kinds of archive share: the files written so far, with their sizes and checksums."""
 
-    def __init__(self, target: Path) -> None:
+    def __init__(self, target: Path, tag: str) -> None:
         self.target = target
-        self.temporary = target.with_name(f".{target.name}.{secrets.token_hex(4)}.partial")
+        self.temporary = partial_path(target, tag)
         self.files: dict[str, FileEntry] = {}
         self.placed = False
         """Whether the archive is at its target (committed): an abort then removes it from there."""
@@ -231,8 +231,8 @@ class _Recorded:
 class ZipArchive(_Recorded):
     """A zip file (deflated), created owner-only."""
 
-    def __init__(self, target: Path) -> None:
-        super().__init__(target)
+    def __init__(self, target: Path, tag: str) -> None:
+        super().__init__(target, tag)
         self._file = _create(self.temporary)
         self._zip = zipfile.ZipFile(self._file, "w", compression=zipfile.ZIP_DEFLATED)
 
@@ -295,8 +295,8 @@ class ZipArchive(_Recorded):
 class FolderArchive(_Recorded):
     """A folder of files, owner-only (``0700`` folders, ``0600`` files)."""
 
-    def __init__(self, target: Path) -> None:
-        super().__init__(target)
+    def __init__(self, target: Path, tag: str) -> None:
+        super().__init__(target, tag)
         try:
             self.temporary.mkdir(mode=FOLDER_MODE)
             self.temporary.chmod(FOLDER_MODE)  # whatever the umask left
@@ -353,12 +353,14 @@ class FolderArchive(_Recorded):
 Writable = ZipArchive | FolderArchive
 
 
-def open_archive(target: Path, keep_out: Sequence[Path] = ()) -> Writable:
+def open_archive(target: Path, keep_out: Sequence[Path] = (), tag: str | None = None) -> Writable:
     """A new archive that will be ``target`` once committed: a zip file if its name ends ``.zip``, else a folder.
 
     Args:
         target: Where the archive goes.
         keep_out: Folders it must not go into: those teamstore keeps its stores in.
+        tag: What names the temporary archive beside ``target`` (:func:`partial_path`): the export's id, so that
+            one its export left (killed outright) can be named by it; random by default.
 
     Raises:
         ExportTargetExists: ``target`` exists (an export never overwrites).
@@ -374,7 +376,35 @@ def open_archive(target: Path, keep_out: Sequence[Path] = ()) -> Writable:
             raise ExportFailed(f"{target.parent} {what}", hint="give --output a path in an existing folder")
     except OSError as exc:  # a name too long, a folder this user may not enter
         raise _unwritable(target, exc) from exc
-    return ZipArchive(target) if target.suffix.lower() == ".zip" else FolderArchive(target)
+    tag = tag or secrets.token_hex(4)
+    return ZipArchive(target, tag) if target.suffix.lower() == ".zip" else FolderArchive(target, tag)
+
+
+def partial_path(target: Path, tag: str) -> Path:
+    """Where the archive for ``target`` is written until it is committed: ``.<name>.<tag>.partial`` beside it."""
+    return target.with_name(f".{target.name}.{tag}.partial")
+
+
+def remove_partial(target: Path, tag: str) -> bool:
+    """Remove the temporary archive an export tagged ``tag`` left beside ``target`` (killed outright before it
+    committed); whether there was one. A symlink at its name is not followed (only removed).
+
+    Raises:
+        ExportFailed: It is there and could not be removed.
+    """
+    path = partial_path(target, tag)
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise ExportFailed(f"could not remove {path}, the temporary archive of an export killed outright: "
+                           f"{exc.strerror or exc}", hint="remove it yourself (it holds part of the user's data, "
+                           "readable), then export again") from exc
+    return True
 
 
 def _outside(target: Path, keep_out: Sequence[Path]) -> None:

@@ -16,14 +16,22 @@ and the error's type, never its message (raised to the caller only: it may name 
 id no store holds anything for (never stored, or erased) gets no archive: its manifest, status
 ``no_match``, naming every store it searched, is returned and recorded, and says so. An export stopped
 midway (Ctrl-C, the CLI's SIGTERM or SIGHUP, its task cancelled) removes the archive too and records
-``failed``, saying where it stopped: only a process killed outright leaves a record ``running``.
+``failed``, saying where it stopped. A process killed outright (SIGKILL, out of memory, a crash, a host lost)
+stops renewing its record's lease: the next export closes that record as ``failed``, abandoned, and removes the
+temporary archive it left beside the same target (named by its export id: ``.<name>.<export id>.partial``).
+``opened`` is told the export's id as soon as it is recorded, so that one killed can be named.
 """
 
 from __future__ import annotations
 
 import asyncio
+import glob
 import logging
-from collections.abc import Sequence
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -37,7 +45,7 @@ from teamstore.audit.transcripts.base import TranscriptStore
 from teamstore.db.identity import log_name_key
 from teamstore.errors import ExportError, ExportFailed, StoreUnavailable, TeamstoreError
 from teamstore.export import requests
-from teamstore.export.archive import Writable, open_archive
+from teamstore.export.archive import Writable, open_archive, remove_partial
 from teamstore.export.base import ExportContext, Exporter, FileEntry, Section
 from teamstore.export.database import (
     DataKeyRows,
@@ -119,13 +127,18 @@ class ExportCoordinator:
         keys: Users' data keys, which sealed states and transcripts are opened with; by default the service the
             environment's settings describe.
         keep_out: Folders no archive is written into: those the stores live in (the composition root names them).
+        lease_seconds: How long an export is taken for alive after it last renewed its record's lease.
     """
 
     def __init__(self, engine: AsyncEngine, transcripts: TranscriptStore, exporters: Sequence[Exporter],
-                 prices: PriceTable, *, keys: KeyService | None = None, keep_out: Sequence[Path] = ()) -> None:
+                 prices: PriceTable, *, keys: KeyService | None = None, keep_out: Sequence[Path] = (),
+                 lease_seconds: float = requests.LEASE_SECONDS) -> None:
         self.engine, self.transcripts, self.exporters, self.prices = engine, transcripts, list(exporters), prices
         self.keys = keys or KeyService.from_settings(engine)
         self.keep_out = list(keep_out)
+        self.lease_seconds = lease_seconds
+        self.opened: Callable[[str], None] | None = None
+        """Told each export's id once its record is written (the CLI prints it: a killed export can be named)."""
         self._log_key = ""  # read as a run begins: it keys how log lines name an export
 
     async def run(self, user_id: str, output: Path | None = None, *, requested_by: str | None = None,
@@ -158,31 +171,47 @@ class ExportCoordinator:
         await check_stored_if_unusable(self.engine, user_id)  # before a record or an archive is begun
         self._log_key = self._log_key or await log_name_key(self.engine)  # read while the database answers
         export_id = requests.new_export_id()
-        archive = open_archive(output or Path(f"teamstore-export-{export_id}.zip"), self.keep_out)
+        await requests.close_abandoned(self.engine)
+        target = output or Path(f"teamstore-export-{export_id}.zip")
+        archive = open_archive(target, self.keep_out, export_id)
+        owner = f"{socket.gethostname()[:24]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         finished = False
         try:
+            await self._remove_abandoned_partials(target)
             found = await lookup_subject(self.engine, user_id)
             subject = found.key if found is not None else None
-            try:
-                started = await requests.open_export(self.engine, export_id, subject, user_id=user_id,
-                                                     requested_by=requested_by, operator=ran_by)
-            except _STOPS:  # the record may have been written just before the stop
-                await self._stopped(export_id, "as it began")
-                raise
+            started = await self._open_record(export_id, subject, user_id, (ran_by, requested_by, owner))
             secret = found.session_secret if found is not None else None
             ctx = ExportContext(self.engine, self.transcripts, user_id, subject, secret, self.prices, export_id,
                                 self.keys)
-            manifest = await self._write(ctx, archive, started, ran_by, requested_by)
+            async with self._keeping_lease(export_id, owner):
+                manifest = await self._write(ctx, archive, started, (ran_by, requested_by, owner))
             finished = True
         finally:
             if not finished:
                 archive.abort()
         return Exported(manifest=manifest, path=archive.target if manifest.status == "exported" else None)
 
-    async def _write(self, ctx: ExportContext, archive: Writable, started: datetime, operator: str,
-                     requested_by: str | None) -> Manifest:
+    async def _open_record(self, export_id: str, subject: str | None, user_id: str,
+                           people: tuple[str, str | None, str]) -> datetime:
+        """Record that the export starts, under its lease, and tell :attr:`opened` its id; when it started.
+        ``people`` is who runs it, who asked for it, and the process that holds its lease."""
+        try:
+            started = await requests.open_export(self.engine, export_id, subject, user_id=user_id,
+                                                 requested_by=people[1], operator=people[0], owner=people[2],
+                                                 lease_seconds=self.lease_seconds)
+        except _STOPS:  # the record may have been written just before the stop
+            await self._stopped(export_id, "as it began")
+            raise
+        if self.opened is not None:
+            self.opened(export_id)
+        return started
+
+    async def _write(self, ctx: ExportContext, archive: Writable, started: datetime,
+                     people: tuple[str, str | None, str]) -> Manifest:
         """Every store, then the manifest, then the archive moved into place, then the record; a failure is
-        recorded (and removes an archive placed, by the caller's abort)."""
+        recorded (and removes an archive placed, by the caller's abort). ``people`` is who runs the export, who
+        asked for it, and the process that holds its lease."""
         store = "the archive"
         try:
             stores: dict[str, Section] = {}
@@ -190,14 +219,15 @@ class ExportCoordinator:
                 store = exporter.name
                 stores[store] = await exporter.export(ctx, archive)
             store = "the archive"
-            manifest = await self._manifest(ctx, stores, archive, started, (operator, requested_by))
+            manifest = await self._manifest(ctx, stores, archive, started, people[:2])
             if manifest.status == "exported":
                 # On disk and in place before the record says so: a process killed before the record is written
                 # leaves it `running`, where the documented clean-up looks (an abort after this removes it).
                 archive.commit()
             else:
                 archive.abort()
-            await requests.finish_export(ctx.engine, ctx.export_id, manifest.status, manifest.model_dump(mode="json"))
+            await requests.finish_export(ctx.engine, ctx.export_id, manifest.status, manifest.model_dump(mode="json"),
+                                         owner=people[2])
         except _STOPS:
             await self._stopped(ctx.export_id, f"while reading {store}")
             raise
@@ -213,6 +243,41 @@ class ExportCoordinator:
             await self._record_failure(ctx.export_id, f"{store}: {type(exc).__name__}")
             raise
         return manifest
+
+    @asynccontextmanager
+    async def _keeping_lease(self, export_id: str, owner: str) -> AsyncIterator[None]:
+        """Renew the record's lease every third of its length while the body runs, as the erasure's coordinator
+        does: a record whose lease has passed is taken for an export killed outright, and closed."""
+        keeper = asyncio.create_task(self._keep_lease(export_id, owner))
+        try:
+            yield
+        finally:
+            keeper.cancel()
+            with suppress(asyncio.CancelledError):
+                await keeper
+
+    async def _keep_lease(self, export_id: str, owner: str) -> None:
+        while True:
+            await asyncio.sleep(self.lease_seconds / 3)
+            try:
+                if not await requests.renew(self.engine, export_id, owner, self.lease_seconds):
+                    log.error("export %s: its record was closed as abandoned", log_name(export_id, self._log_key))
+                    return  # recording its outcome fails, and its archive is removed
+            except StoreUnavailable as exc:  # the exporters meet the same database and fail with their own error
+                log.warning("export %s: could not renew its lease; retrying: %s", log_name(export_id, self._log_key),
+                            exc.message)
+
+    async def _remove_abandoned_partials(self, target: Path) -> None:
+        """Remove the temporary archives that exports killed outright left beside ``target``: only those named
+        ``.<name>.<export id>.partial`` whose record says it was abandoned (teamstore made them; it never removes
+        a file it did not)."""
+        pattern = f".{glob.escape(target.name)}.ex-*.partial"
+        tags = [path.name[len(target.name) + 2:-len(".partial")] for path in target.parent.glob(pattern)]
+        for export_id in await requests.closed_as_abandoned(self.engine, [t for t in tags if
+                                                                          requests.made_export_id(t)]):
+            if remove_partial(target, export_id):
+                log.warning("export %s: removed the temporary archive of an export killed outright",
+                            log_name(export_id, self._log_key))
 
     @staticmethod
     async def _manifest(ctx: ExportContext, stores: dict[str, Section], archive: Writable, started: datetime,

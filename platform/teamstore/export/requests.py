@@ -2,40 +2,73 @@
 
     from teamstore.export import requests
 
+    await requests.close_abandoned(engine)                                # exports killed outright: failed
     await requests.open_export(engine, "ex-1f3c...", subject_key, user_id="alice", requested_by="ticket 881",
-                               operator="dpo")
-    await requests.finish_export(engine, "ex-1f3c...", manifest)          # or fail_export(..., detail)
+                               operator="dpo", owner="host:42:9f2e")
+    await requests.renew(engine, "ex-1f3c...", "host:42:9f2e", 120.0)     # every third of the lease
+    await requests.finish_export(engine, "ex-1f3c...", "exported", manifest, owner="host:42:9f2e")
 
 A record holds the pseudonymous subject key, never the raw user id nor the archive's path (see
 :mod:`teamstore.export.schema`). An export stopped midway (Ctrl-C, SIGTERM, SIGHUP) records ``failed`` with
-where it stopped; only one killed outright (SIGKILL, a crash) leaves its record ``running``.
+where it stopped. One killed outright (SIGKILL, a crash, a host lost) stops renewing its lease: its record says
+``running`` until its lease has passed, then reads as abandoned (:func:`abandoned`), and the next export closes it
+as ``failed`` (:func:`close_abandoned`). Leases are written and compared on the database's clock, as the erasure's
+are: a live export renews its own long before it passes, and a record closed is never finished afterwards.
 """
 
 from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import DateTime, String, case, insert, literal, select, update
+from sqlalchemy import ColumnElement, DateTime, String, and_, case, insert, literal, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from teamstore.audit.schema import subjects
+from teamstore.db.clock import shared_later, shared_now
 from teamstore.db.engine import describe_failure
 from teamstore.db.fence import held
-from teamstore.errors import StoreUnavailable
+from teamstore.errors import ExportFailed, StoreUnavailable
 from teamstore.export.schema import export_requests
 
 RUNNING, EXPORTED, NO_MATCH, FAILED = "running", "exported", "no_match", "failed"
+LEASE_SECONDS = 120.0
+"""How long an export is taken for alive after it last renewed its lease (it renews every third of this)."""
+ABANDONED = "abandoned"
+"""How the ``detail`` of a record closed by :func:`close_abandoned` begins."""
+
+
+def partial_name(export_id: str) -> str:
+    """The pattern of the temporary archive an export writes beside its target (``.<name>.<export id>.partial``:
+    :mod:`teamstore.export.archive`), as a record may name it: never the target's name, which often names the
+    user."""
+    return f".*.{export_id}.partial"
+
+
+def abandoned_detail(export_id: str) -> str:
+    """The ``detail`` of a record closed as abandoned: what happened and what to do (no path, no user)."""
+    return (f"{ABANDONED}: the export stopped renewing its lease, killed outright (SIGKILL, out of memory, a crash, "
+            f"its host lost); its temporary archive, if it left one, is {partial_name(export_id)} beside the "
+            "target it was given, holding part of the user's data readable: delete it (the next export to the "
+            "same target does), and export again")
 
 
 def new_export_id() -> str:
     """A fresh export id (``ex-`` and 24 hex characters)."""
     return f"ex-{uuid.uuid4().hex[:24]}"
+
+
+def made_export_id(text: str) -> bool:
+    """Whether ``text`` has the form of an id :func:`new_export_id` makes."""
+    return _MADE_ID.fullmatch(text) is not None
+
+
+_MADE_ID = re.compile(r"ex-[0-9a-f]{24}")
 
 
 @asynccontextmanager
@@ -50,9 +83,10 @@ async def _db(engine: AsyncEngine, action: str) -> AsyncIterator[AsyncConnection
 
 async def open_export(
     engine: AsyncEngine, export_id: str, subject_key: str | None, *, user_id: str, requested_by: str | None,
-    operator: str,
+    operator: str, owner: str, lease_seconds: float = LEASE_SECONDS,
 ) -> datetime:
-    """Record that an export of ``user_id`` starts now; when it started.
+    """Record that an export of ``user_id`` starts now, run by ``owner`` (a process), alive for ``lease_seconds``
+    unless :func:`renew` extends it; when it started.
 
     The record links the subject key only while no erasure fences the user and the key's mapping stands,
     checked in the statement that writes it: an erasure unlinks the user's export records (its ``exports``
@@ -69,41 +103,108 @@ async def open_export(
         mapped = select(subjects.c.subject_key).where(subjects.c.subject_key == subject_key).scalar_subquery()
         recorded = case((held(user_id), literal(None, String)), else_=mapped)
     row = select(literal(export_id, String), recorded, literal(requested_by, String), literal(operator, String),
-                 literal(RUNNING, String), literal(now, DateTime(timezone=True)))
+                 literal(RUNNING, String), literal(now, DateTime(timezone=True)), literal(owner, String),
+                 shared_later(engine.dialect.name, timedelta(seconds=lease_seconds)))
     stmt = insert(export_requests).from_select(
-        [e.export_id, e.subject_key, e.requested_by, e.operator, e.status, e.started_at], row)
+        [e.export_id, e.subject_key, e.requested_by, e.operator, e.status, e.started_at, e.owner, e.lease_until], row)
     async with _db(engine, "record the export") as conn:
         await conn.execute(stmt)
     return now
 
 
-async def finish_export(engine: AsyncEngine, export_id: str, status: str, manifest: dict[str, Any]) -> None:
+async def finish_export(engine: AsyncEngine, export_id: str, status: str, manifest: dict[str, Any], *,
+                        owner: str) -> None:
     """Record the export's outcome (``exported`` or ``no_match``) and its manifest: as it is while the record
     links the user's subject key, else :func:`without_pseudonyms` (an erasure fenced the user when the export
-    began, or unlinked the record since: nothing may tie it to the subject's session keys and run ids).
+    began, or unlinked the record since: nothing may tie it to the subject's session keys and run ids). Only
+    while the record is ``running`` under ``owner``'s lease: one closed as abandoned stays closed.
 
     Raises:
+        ExportFailed: The record was closed as abandoned meanwhile (this process stalled past its lease).
         StoreUnavailable: The database could not be reached.
     """
     e, now = export_requests.c, datetime.now(UTC)
+    finished = 0
     async with _db(engine, "record the export's manifest") as conn:
         for linked, written in ((e.subject_key.is_not(None), manifest),
                                 (e.subject_key.is_(None), without_pseudonyms(manifest))):
-            await conn.execute(update(export_requests).where(e.export_id == export_id, linked).values(
-                status=status, manifest=written, finished_at=now))
+            finished += (await conn.execute(update(export_requests).where(
+                e.export_id == export_id, e.status == RUNNING, e.owner == owner, linked).values(
+                status=status, manifest=written, finished_at=now))).rowcount
+    if not finished:
+        raise ExportFailed(
+            f"the export {export_id} was recorded as abandoned while it ran: it did not renew its lease in time "
+            "(the process paused or starved, the database out of reach), and another export closed its record",
+            hint="export again; if the machine is this slow, look into why first")
 
 
 async def fail_export(engine: AsyncEngine, export_id: str, detail: str) -> None:
     """Record that the export failed or was stopped, and why: ``detail`` is fixed text (where, and the error's
     type), never an error's message, which may name the archive's path or an object key; the record outlives
-    the user's erasure.
+    the user's erasure. A record closed already (as abandoned) keeps what it says.
 
     Raises:
         StoreUnavailable: The database could not be reached.
     """
+    e = export_requests.c
     async with _db(engine, "record the export's failure") as conn:
-        await conn.execute(update(export_requests).where(export_requests.c.export_id == export_id).values(
+        await conn.execute(update(export_requests).where(e.export_id == export_id, e.status == RUNNING).values(
             status=FAILED, detail=detail[:2000], finished_at=datetime.now(UTC)))
+
+
+async def renew(engine: AsyncEngine, export_id: str, owner: str, lease_seconds: float = LEASE_SECONDS) -> bool:
+    """Extend the running export's lease by ``lease_seconds`` from now; False if its record is no longer
+    ``running`` under ``owner`` (closed as abandoned: the export must not finish).
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    e = export_requests.c
+    async with _db(engine, "renew the export's lease") as conn:
+        renewed = await conn.execute(update(export_requests).where(
+            e.export_id == export_id, e.status == RUNNING, e.owner == owner).values(
+            lease_until=shared_later(engine.dialect.name, timedelta(seconds=lease_seconds))))
+    return bool(renewed.rowcount)
+
+
+def abandoned(dialect: str) -> ColumnElement[bool]:
+    """A record ``running`` whose lease has passed (on the database's clock): its export was killed outright."""
+    e = export_requests.c
+    return and_(e.status == RUNNING, e.lease_until < shared_now(dialect))
+
+
+async def close_abandoned(engine: AsyncEngine) -> int:
+    """Close every abandoned record (:func:`abandoned`) as ``failed``, saying so (:func:`abandoned_detail`), as of
+    when its lease passed; how many. Idempotent, and race-safe: the check and the write are one statement, and a
+    live export's renewal keeps its lease from passing.
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    e = export_requests.c
+    async with _db(engine, "close the exports killed outright") as conn:
+        found = (await conn.execute(select(e.export_id).where(abandoned(engine.dialect.name)))).scalars().all()
+        closed = 0
+        for export_id in found:  # one by one: the detail names each export's id
+            closed += (await conn.execute(update(export_requests).where(
+                e.export_id == export_id, abandoned(engine.dialect.name)).values(
+                status=FAILED, detail=abandoned_detail(export_id), finished_at=e.lease_until))).rowcount
+    return closed
+
+
+async def closed_as_abandoned(engine: AsyncEngine, export_ids: Sequence[str]) -> set[str]:
+    """Those of ``export_ids`` whose record :func:`close_abandoned` closed.
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    if not export_ids:
+        return set()
+    e = export_requests.c
+    async with _db(engine, "read the exports killed outright") as conn:
+        found = await conn.execute(select(e.export_id).where(
+            e.export_id.in_(export_ids), e.status == FAILED, e.detail.startswith(f"{ABANDONED}:")))
+    return set(found.scalars().all())
 
 
 async def get_export(engine: AsyncEngine, export_id: str) -> dict[str, Any] | None:

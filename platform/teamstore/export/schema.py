@@ -9,7 +9,7 @@ A row says that an export was made, when, at whose request and by whom, and its 
 counts, bytes, a checksum per file). It never holds the raw user id or the archive's path (a path often
 names the user): only the pseudonymous subject key, which an erasure of the user clears (the erasure's
 ``exports`` step), so the record outlives the user unlinked, as the ledger's rows do. Created by
-migration ``0012`` (``teamstore db upgrade``), never implicitly.
+migration ``0012`` (``teamstore db upgrade``), never implicitly; its lease by ``0031``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from teamstore.people import MAX_PERSON_CHARS
 
 EXPORT_ID = 64
 KEY = 64
+OWNER = 128
 
 export_requests = Table(
     "ts_export_requests",
@@ -34,5 +35,9 @@ export_requests = Table(
     Column("finished_at", DateTime(timezone=True), nullable=True),
     Column("manifest", JSON, nullable=True),  # the archive's manifest.json: no user id, no user content
     Column("detail", Text, nullable=True),  # where it failed and the error's type, never the error's message
+    # Which process runs it and until when it is known alive (renewed while it runs, on the database's clock):
+    # a record `running` whose lease has passed is an export killed outright (migration 0031).
+    Column("owner", String(OWNER), nullable=True),
+    Column("lease_until", DateTime(timezone=True), nullable=True),
     Index("ix_ts_export_requests_subject", "subject_key"),
 )
