@@ -420,6 +420,10 @@ class ExportFailed(ExportError):
     export's record says it failed."""
 
 
+class ExportNotFound(ExportError):
+    """No export is recorded under that id."""
+
+
 class ExportTargetExists(ExportError):
     """The archive's path is taken: an export never overwrites a file or folder."""
 

@@ -517,6 +517,91 @@ def test_an_export_stopped_by_a_signal_leaves_no_temporary_archive_and_records_t
                 "usable was written") in said and "fix: export again" in said
 
 
+def _started_line(proc: subprocess.Popen[bytes], deadline: float) -> str:
+    """What the export printed on stderr up to the line naming its id (read as it runs: it is killed after)."""
+    assert proc.stderr is not None
+    said = b""
+    while b": started" not in said and time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stderr], [], [], 0.1)
+        if ready:
+            said += os.read(proc.stderr.fileno(), 4096)
+    return said.decode()
+
+
+def _lease_passed(export_id: str) -> None:
+    """As if the export's lease had run out since (it ended when the export began)."""
+    async def go() -> None:
+        from sqlalchemy import update
+
+        from teamstore.export.schema import export_requests
+
+        engine = create_engine(Settings().resolved_database_url)
+        async with engine.begin() as conn:
+            await conn.execute(update(export_requests).where(export_requests.c.export_id == export_id)
+                               .values(lease_until=export_requests.c.started_at))
+        await engine.dispose()
+
+    asyncio.run(go())
+
+
+def test_an_export_killed_outright_is_named_as_it_starts_shown_abandoned_and_cleaned_up_by_the_next(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL (out of memory, a crash) runs no clean-up: the operator has the export's id from its first line, its
+    status says it was abandoned and what to do once its lease has passed, and the next export to the same
+    target closes its record and removes the temporary archive it left (the user's data, readable)."""
+    _populate("lia")
+    out = tmp_path / "out"
+    out.mkdir()
+    hanging = FaultServer("hang")  # the transcript store answers nothing: the export waits there
+    env = {**os.environ, "TEAMSTORE_TRANSCRIPTS_URL": "s3://bucket/audit", "AWS_ENDPOINT_URL": hanging.endpoint,
+           "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "teamstore", "export", "--user", "lia", "-o",
+                                 str(out / "lia.zip"), "--json"], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        said = _started_line(proc, time.monotonic() + 30)
+        deadline = time.monotonic() + 30
+        while not hanging.requests and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.kill()
+        proc.communicate(timeout=30)
+    finally:
+        hanging.stop()
+    assert proc.returncode == -signal.SIGKILL
+    found = re.search(r"export (ex-[0-9a-f]{24}): started", said)
+    assert found is not None, said
+    killed = found[1]
+    assert [p.name for p in out.iterdir()] == [f".lia.zip.{killed}.partial"]
+
+    running = cli("export", "status", killed, "--json")
+    assert running.exit_code == 2 and json.loads(running.stdout)["status"] == "running", running.output
+    _lease_passed(killed)
+    shown = cli("export", "status", killed)
+    assert shown.exit_code == 1 and "abandoned" in shown.stdout and f".*.{killed}.partial" in shown.stdout
+    abandoned = json.loads(cli("export", "status", killed, "--json").stdout)
+    assert abandoned["status"] == "abandoned" and abandoned["finished_at"] == abandoned["lease_until"]
+
+    again = cli("export", "--user", "lia", "--output", str(out / "lia.zip"))
+    assert again.exit_code == 0, again.output
+    assert [p.name for p in out.iterdir()] == ["lia.zip"]
+    closed = cli("export", "status", killed, "--json")
+    assert closed.exit_code == 1 and json.loads(closed.stdout)["status"] == "failed"
+    assert json.loads(closed.stdout)["detail"] == abandoned["detail"]
+
+
+def test_export_status_refuses_an_id_teamstore_never_makes_and_names_an_unknown_one() -> None:
+    _populate("lia")
+    made = cli("export", "status", "lia@example.com")
+    assert made.exit_code == 1 and "not one `teamstore export` makes" in made.stderr and "lia@" not in made.output
+    unknown = cli("export", "status", "ex-0123456789abcdef01234567")
+    assert unknown.exit_code == 1 and "no export is recorded under ex-0123456789abcdef01234567" in unknown.stderr
+    mixed = cli("export", "--user", "lia", "status", "ex-0123456789abcdef01234567")
+    assert mixed.exit_code == 1 and "--user belong to `teamstore export` itself" in mixed.stderr
+    missing = cli("export")
+    assert missing.exit_code == 1 and "Missing option '--user'" in missing.stderr
+
+
 def _export_records() -> list[dict[str, object]]:
     async def go() -> list[dict[str, object]]:
         from sqlalchemy import select

@@ -2,20 +2,31 @@
 
     teamstore export --user alice@example.com --output alice.zip --requested-by "data subject, ticket 881"
     teamstore export --user alice@example.com --output alice-export/ --json     # a folder instead of a zip
+    teamstore export status ex-0123456789abcdef01234567                         # its record, by the id it printed
 
 Exit status 0: the archive holds the user's data; 3: no store holds anything for the id (never stored, or
 erased): no archive is written, and the manifest printed (and recorded) names every store searched; 1: an
 error, and no archive was left; 130 (143 on SIGTERM, 129 on SIGHUP): stopped, and no archive was left.
+``status`` exits as the export did (0, 3, or 1 for one failed or abandoned: killed outright), or 2 while it runs.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
-from teamstore.cli._output import JsonOption, Stop, emit, err_console, interrupted, stopped_as_on_ctrl_c
+from teamstore.cli._output import (
+    JsonOption,
+    Stop,
+    UsageError,
+    emit,
+    err_console,
+    interrupted,
+    stopped_as_on_ctrl_c,
+)
 from teamstore.cli._runner import with_app
 from teamstore.cli.erase import suggest_near_matches
 from teamstore.ids import check_erasable_id
@@ -27,12 +38,18 @@ if TYPE_CHECKING:
     from teamstore.export import Exported
 
 NO_MATCH = 3
+RUNNING = 2
+app = typer.Typer(help="Write everything teamstore holds about one user, from every store, into one machine-readable "
+                  "archive (its id printed on stderr as it starts); `status ID` shows an export's record.",
+                  invoke_without_command=True)
 OutputOption = typer.Option(None, "--output", "-o", help="A new .zip file, or a new folder for any other name "
                             "(default: teamstore-export-<id>.zip here). Never overwritten; created owner-only.")
 
 
+@app.callback()
 def export(
-    user: str = typer.Option(..., "--user", help="The user id, exactly as the service stores it."),
+    ctx: typer.Context,
+    user: str | None = typer.Option(None, "--user", help="The user id, exactly as the service stores it."),
     output: str | None = OutputOption,
     requested_by: str | None = typer.Option(
         None, "--requested-by", help="Who asked: the data subject, a representative, a ticket (recorded)."),
@@ -40,7 +57,25 @@ def export(
         None, "--operator", help="Who runs it (recorded); default $TEAMSTORE_OPERATOR, else the OS user."),
     as_json: bool = JsonOption,
 ) -> None:
-    """Write everything teamstore holds about USER, from every store, into one machine-readable archive."""
+    """Write everything teamstore holds about USER, from every store, into one machine-readable archive; its id is
+    printed on stderr as it starts."""
+    if ctx.invoked_subcommand is not None:
+        given = [name for name, value in (("--user", user), ("--output", output), ("--requested-by", requested_by),
+                                          ("--operator", operator), ("--json", as_json)) if value is not None
+                 and value is not False]
+        if given:  # exporting options before a subcommand would be dropped silently: nothing would be exported
+            raise UsageError(  # type: ignore[call-arg]
+                f"{', '.join(given)} belong to `teamstore export` itself, not to `export {ctx.invoked_subcommand}`: "
+                "give the subcommand's own options after it", ctx=ctx)
+        return
+    if user is None:
+        raise UsageError(  # type: ignore[call-arg]
+            "Missing option '--user': the user id to export (or `teamstore export status ID` for an export's "
+            "record)", ctx=ctx)
+    _export(user, output, requested_by, operator, as_json)
+
+
+def _export(user: str, output: str | None, requested_by: str | None, operator: str | None, as_json: bool) -> None:
     if output == "":  # an unset "$OUT": as a path it would be '.', the working folder, refused as existing
         raise typer.BadParameter("it is empty: give the archive's new path, or leave --output out for "
                                  "teamstore-export-<id>.zip here", param_hint="'--output'")
@@ -50,8 +85,10 @@ def export(
     finished: list[Exported] = []  # an export that ends just as the stop comes is whole: it is reported
 
     async def go(app: App) -> Exported:
-        finished.append(await app.exporter().run(user, Path(output) if output is not None else None,
-                                                 requested_by=requested_by, operator=operator))
+        coordinator = app.exporter()
+        coordinator.opened = _say_opened
+        finished.append(await coordinator.run(user, Path(output) if output is not None else None,
+                                              requested_by=requested_by, operator=operator))
         return finished[0]
 
     # SIGTERM and SIGHUP too: the archive written so far, the user's data readable under a hidden name beside
@@ -72,6 +109,12 @@ def export(
             err_console.print(f"[yellow]note[/]: {plain(done.manifest.near_match)}")
         suggest_near_matches(user)
         raise typer.Exit(NO_MATCH)
+
+
+def _say_opened(export_id: str) -> None:
+    """Name the export on stderr as it starts (``--json`` keeps stdout to the manifest): one killed outright
+    (SIGKILL, out of memory) prints nothing after this, and its record and temporary archive go by this id."""
+    err_console.print(f"[dim]export {export_id}: started[/]")
 
 
 def _stopped(stop: Stop) -> NoReturn:
@@ -95,6 +138,34 @@ def _render(done: Exported) -> None:
                   (f", requested by {plain(manifest.requested_by)}" if manifest.requested_by else ""))
 
 
+@app.command("status")
+def status(
+    export_id: str = typer.Argument(..., help="The export id `teamstore export` printed as it started."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Show an export's record: running, exported, no_match, failed (where, and the error's type), or abandoned:
+    killed outright (SIGKILL, out of memory, a crash), since when, and what to do."""
+    from teamstore.export import requests
+
+    async def go(app: App) -> dict[str, Any]:
+        return await requests.export_status(app.engine, export_id)
+
+    record = with_app(go, must_exist=True)
+    emit(record, as_json=as_json, render=_render_status)
+    exits = {requests.EXPORTED: 0, requests.NO_MATCH: NO_MATCH, requests.RUNNING: RUNNING}
+    raise typer.Exit(exits.get(str(record["status"]), 1))
+
+
+def _render_status(record: dict[str, Any]) -> None:
+    def shown(value: Any) -> str:
+        return f"{value:%Y-%m-%dT%H:%M:%SZ}" if isinstance(value, datetime) else plain(value)
+
+    rows = [[name, shown(value)] for name, value in record.items()
+            if value is not None and name not in ("export_id", "status")]
+    since = f" since {shown(record['finished_at'])}" if record["status"] == "abandoned" else ""
+    print_table(("", ""), rows, title=f"export {record['export_id']}: {record['status']}{since}")
+
+
 def register(root: typer.Typer) -> None:
-    """Mount ``export`` on the main app."""
-    root.command("export")(export)
+    """Mount ``export`` (a group whose callback exports, with ``status`` beneath it)."""
+    root.add_typer(app, name="export")

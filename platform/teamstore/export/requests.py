@@ -30,10 +30,10 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from teamstore.audit.schema import subjects
-from teamstore.db.clock import shared_later, shared_now
+from teamstore.db.clock import shared_later, shared_now, utc
 from teamstore.db.engine import describe_failure
 from teamstore.db.fence import held
-from teamstore.errors import ExportFailed, StoreUnavailable
+from teamstore.errors import ExportFailed, ExportNotFound, InvalidIdentifier, StoreUnavailable
 from teamstore.export.schema import export_requests
 
 RUNNING, EXPORTED, NO_MATCH, FAILED = "running", "exported", "no_match", "failed"
@@ -216,6 +216,36 @@ async def get_export(engine: AsyncEngine, export_id: str) -> dict[str, Any] | No
     async with _db(engine, "read the export's record") as conn:
         found = (await conn.execute(select(export_requests).where(export_requests.c.export_id == export_id))).first()
     return dict(found._mapping) if found is not None else None
+
+
+_SHOWN = ("export_id", "status", "started_at", "finished_at", "operator", "requested_by", "detail", "lease_until")
+
+
+async def export_status(engine: AsyncEngine, export_id: str) -> dict[str, Any]:
+    """An export's record as ``teamstore export status`` shows it: its status, when, by whom, at whose request,
+    why it failed, and its lease; a record still ``running`` whose lease has passed (on the database's clock)
+    shows as ``abandoned``, since its lease passed, with what to do. Writes nothing: the next export closes it.
+
+    Raises:
+        InvalidIdentifier: ``export_id`` is not an id ``teamstore export`` makes.
+        ExportNotFound: No export is recorded under it.
+        StoreUnavailable: The database could not be reached.
+    """
+    if not made_export_id(export_id):  # not repeated: a user's id typed in the wrong place lands here
+        raise InvalidIdentifier("the export id given is not one `teamstore export` makes (`ex-` and 24 hex "
+                                "characters)", hint="give the id `teamstore export` printed as it started")
+    e = export_requests.c
+    query = select(*(e[name] for name in _SHOWN), abandoned(engine.dialect.name).label("abandoned")).where(
+        e.export_id == export_id)
+    async with _db(engine, "read the export's record") as conn:
+        found = (await conn.execute(query)).mappings().first()
+    if found is None:
+        raise ExportNotFound(f"no export is recorded under {export_id}",
+                             hint="check the id; a record is written as the export starts, once its id is printed")
+    shown = {name: found[name] for name in _SHOWN} | {"lease_until": utc(found["lease_until"])}
+    if found["abandoned"]:
+        shown |= {"status": ABANDONED, "finished_at": shown["lease_until"], "detail": abandoned_detail(export_id)}
+    return shown | {"started_at": utc(found["started_at"]), "finished_at": utc(shown["finished_at"])}
 
 
 def without_pseudonyms(manifest: dict[str, Any] | None) -> dict[str, Any] | None:
