@@ -97,6 +97,15 @@ _OWN_SECRETS_WORDS = (
     "django", "flask", "rails", "app", "refresh", "shared", "ssh",
 )
 _SERVICE_KEY_WORDS = ("api", "access")
+# ... but an access or API key after a word for what an application signs or keeps its sessions with is one of its
+# own ("JWT_ACCESS_KEY", "SESSION_API_KEY"): the key that signs the tokens, never a model server's.
+_TOKEN_SIGNERS = ("jwt", "hmac", "session", "cookie", "csrf", "signing", "refresh")
+# A secret key after a model service's name is that service's key ("OPENAI_SECRET_KEY", "AZURE_OPENAI_SECRET_KEY"),
+# which a local server's dummy stands in for, where an application's ("DJANGO_SECRET_KEY", "SECRET_KEY") is its own.
+_MODEL_SERVICES = (
+    "openai", "anthropic", "azure", "mistral", "mistralai", "groq", "gemini", "cohere", "together", "deepseek",
+    "ollama", "vllm", "litellm", "huggingface", "hf", "fireworks", "perplexity", "openrouter", "xai", "llm", "gpt",
+)
 
 
 def name_words(name: str) -> list[str]:
@@ -175,7 +184,8 @@ def names_key_or_token(name: str) -> bool:
     """Whether a name's last word says it holds a key or a token (``api_key``, ``OPENAI_API_KEY``, ``apiKey``,
     ``XAPIKEY``, Ollama's ``ANTHROPIC_AUTH_TOKEN``) rather than a password or a secret: what a local model
     server's dummy key stands in for, where a dummy-looking password is still a password, and so is an
-    application's own secret key (``SECRET_KEY``, ``JWT_REFRESH_TOKEN``: :data:`_OWN_SECRETS_WORDS`)."""
+    application's own secret key (``SECRET_KEY``, ``JWT_REFRESH_TOKEN``, ``JWT_ACCESS_KEY``: :data:`_OWN_SECRETS_WORDS`,
+    :data:`_TOKEN_SIGNERS`), unless a model service's name says whose it is (``OPENAI_SECRET_KEY``)."""
     words = name_words(name)
     if not words or not words[-1].endswith(_KEY_OR_TOKEN_WORDS):
         return False
@@ -183,7 +193,12 @@ def names_key_or_token(name: str) -> bool:
     # "SECRETKEY", "jwtsecretkey").
     compound = words[-1].removesuffix("s").removesuffix("key").removesuffix("token")
     qualifier = compound or (words[-2] if len(words) > 1 else "")
+    # Whose it is: the start of a qualifier written as one word ("jwtaccess"), else the word before the qualifier.
+    before = words[-2 if compound else -3] if len(words) > (1 if compound else 2) else ""
     if qualifier.endswith(_SERVICE_KEY_WORDS):
+        owner = qualifier.removesuffix("access").removesuffix("api") or before
+        return not (words[-1].endswith(("key", "keys")) and owner.endswith(_TOKEN_SIGNERS))
+    if qualifier.endswith("secret") and (qualifier.removesuffix("secret") or before).endswith(_MODEL_SERVICES):
         return True
     # "DJANGOSECRET_KEY", "jwtsecretkey": a compound ends with what it is; "sessiontoken" may start with it.
     return not (qualifier.endswith(_OWN_SECRETS_WORDS) or compound.startswith(_OWN_SECRETS_WORDS))
