@@ -34,20 +34,23 @@ async def test_a_mark_is_kept_once_beside_the_transcripts_out_of_their_listings_
     store: S3TranscriptStore
 ) -> None:
     await store.put(run_key(KEYS, "r1"), b"transcript")
-    assert not await store.marked(OURS)
+    assert not await store.marked(OURS, store.endpoint)
 
     await store.mark(OURS)
     await store.mark(OURS)  # a second worker: found, not put again
 
-    assert await store.marked(OURS) and not await store.marked(THEIRS)
+    assert await store.marked(OURS, store.endpoint) and not await store.marked(THEIRS, store.endpoint)
+    # the mark of the endpoint the writers reached it at, wherever it is asked from
+    assert not await store.marked(OURS, "aws") and not await store.marked(OURS, "http://minio:9000")
     assert await store.list_keys("") == [run_key(KEYS, "r1")]
     assert [found.key async for found in store.scan("")] == [run_key(KEYS, "r1")]
-    versions = store.client.list_object_versions(Bucket=store.bucket, Prefix=f"audit/{MARKS}/")["Versions"]
-    assert [(v["Key"], v["IsLatest"]) for v in versions] == [(f"audit/{MARKS}/{OURS}", True)]
-    body = store.client.get_object(Bucket=store.bucket, Key=f"audit/{MARKS}/{OURS}")["Body"].read()
-    assert json.loads(body) == {"database_id": OURS}
+    (version,) = store.client.list_object_versions(Bucket=store.bucket, Prefix=f"audit/{MARKS}/")["Versions"]
+    assert version["Key"].startswith(f"audit/{MARKS}/{OURS}/") and version["IsLatest"]
+    assert store.endpoint not in version["Key"]  # by a digest: a key of fixed length
+    body = store.client.get_object(Bucket=store.bucket, Key=version["Key"])["Body"].read()
+    assert json.loads(body) == {"database_id": OURS, "endpoint": store.endpoint}
     rule = await store.apply_retention(30)
-    assert not f"audit/{MARKS}/{OURS}".startswith(rule["Filter"]["Prefix"])  # no lifecycle rule expires a mark
+    assert not version["Key"].startswith(rule["Filter"]["Prefix"])  # no lifecycle rule expires a mark
     await store.close()
 
 
@@ -56,7 +59,7 @@ async def test_a_mark_names_a_database_id_and_nothing_else(store: S3TranscriptSt
         with pytest.raises(ConfigurationError):
             await store.mark(bad)
         with pytest.raises(ConfigurationError):
-            await store.marked(bad)
+            await store.marked(bad, store.endpoint)
     await store.close()
 
 
@@ -79,7 +82,7 @@ async def _marked(bucket: str) -> bool:
     engine = create_engine(Settings().resolved_database_url)
     store = S3TranscriptStore(make_client(), bucket, "teamstore")
     try:
-        return await store.marked(await database_id(engine))
+        return await store.marked(await database_id(engine), store.endpoint)
     finally:
         await store.close()
         await engine.dispose()

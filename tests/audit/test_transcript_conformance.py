@@ -17,6 +17,7 @@ from teamstore.audit.transcripts import (
     run_key,
     session_prefix,
     store_beside,
+    store_endpoint,
     subject_prefix,
 )
 from teamstore.audit.transcripts.base import run_id_of
@@ -182,13 +183,15 @@ async def test_a_store_reached_by_name_carries_the_marks_of_the_databases_whose_
         assert capability(store, Capability.HOST_LOCAL) is not None  # its folder's marker names its database
         return
     await store.put(run_key(A, "r1"), body("r1"))
-    assert not await marks.marked("a" * 32)
+    here = store_endpoint(store)
+    assert here is not None and not await marks.marked("a" * 32, here)
     await marks.mark("a" * 32)
     await marks.mark("a" * 32)
-    assert await marks.marked("a" * 32) and not await marks.marked("b" * 32)
+    assert await marks.marked("a" * 32, here) and not await marks.marked("b" * 32, here)
+    assert not await marks.marked("a" * 32, f"{here}-elsewhere")  # marked at the endpoint its writers reach
     assert await store.list_keys("") == [run_key(A, "r1")]  # a mark is no transcript
     await store.delete_prefix(subject_prefix(A.subject_key))
-    assert await marks.marked("a" * 32) and await store.list_keys("") == []  # a subject erased leaves it
+    assert await marks.marked("a" * 32, here) and await store.list_keys("") == []  # a subject erased leaves it
 
 
 async def test_another_store_is_reached_by_its_url_with_this_stores_settings(

@@ -151,7 +151,7 @@ async def test_two_flushes_at_once_deliver_each_queued_transcript_once_and_erasu
     leaks = judge(scan(deployment.sinks(), book), erased={"bob"})
     assert not leaks, report(leaks)
     versions = Counter(v["Key"] for page in deployment.s3_client().get_paginator("list_object_versions").paginate(
-        Bucket=deployment.buckets[0]) for v in page.get("Versions", []))
+        Bucket=deployment.buckets[0]) for v in page.get("Versions", []) if "/subjects/" in v["Key"])
     assert len(versions) == 45, "alice's transcripts were delivered"
     assert set(versions.values()) == {1}, f"delivered more than once: {sorted(versions.values())}"
 

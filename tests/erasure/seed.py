@@ -22,6 +22,7 @@ from teamstore.audit.schema import usage
 from teamstore.audit.span_observer import SpanObserver
 from teamstore.audit.subjects import find_subject
 from teamstore.audit.transcripts.base import TranscriptStore, subject_prefix
+from teamstore.audit.transcripts.s3 import MARKS
 from teamstore.events import RunObserver
 from teamstore.export.requests import new_export_id, open_export
 from teamstore.memory.schema import memories
@@ -137,12 +138,13 @@ async def counts(engine: AsyncEngine, user_id: str, subject: str) -> dict[str, i
         }
 
 
-def all_versions(client: Any, bucket: str) -> list[dict[str, Any]]:
-    """Every version and delete marker in the whole bucket."""
+def all_versions(client: Any, bucket: str, *, marks: bool = False) -> list[dict[str, Any]]:
+    """Every version and delete marker in the whole bucket; with ``marks`` only, the stores' marks of their
+    databases too (they hold no user's data: :meth:`teamstore.audit.transcripts.s3.S3TranscriptStore.mark`)."""
     found: list[dict[str, Any]] = []
     for page in client.get_paginator("list_object_versions").paginate(Bucket=bucket):
         found += page.get("Versions", []) + page.get("DeleteMarkers", [])
-    return found
+    return [version for version in found if marks or f"{MARKS}/" not in version["Key"]]
 
 
 @dataclass(frozen=True)

@@ -182,7 +182,7 @@ async def test_an_emptied_bucket_since_deleted_is_reported_as_not_listed_again_a
     first, second = await _two_buckets(request, tmp_path)
     await _emptied_first(engine, first, second, "req-gone")
     assert isinstance(first, S3TranscriptStore) and isinstance(second, S3TranscriptStore)
-    for version in all_versions(first.client, first.bucket):
+    for version in all_versions(first.client, first.bucket, marks=True):
         first.client.delete_object(Bucket=first.bucket, Key=version["Key"], VersionId=version["VersionId"])
     first.client.delete_bucket(Bucket=first.bucket)
 
@@ -217,8 +217,8 @@ async def test_a_done_bucket_written_at_another_s3_endpoint_is_reported_as_not_r
 
     assert receipt.status is RequestStatus.COMPLETED, receipt
     assert f"{first.url} (not reachable here: it was written at the S3 endpoint {fresh_moto} and this erasure talks " \
-        f"to the S3 endpoint {s3_env}, where a bucket of its name carries no mark of this database; a pass with " \
-        f"AWS_ENDPOINT_URL_S3={fresh_moto} reaches it)" in (receipt.stores["transcripts"].detail or "")
+        f"to the S3 endpoint {s3_env}, where a bucket of its name carries no mark of this database's writers there; " \
+        f"a pass with AWS_ENDPOINT_URL_S3={fresh_moto} reaches it)" in (receipt.stores["transcripts"].detail or "")
     assert receipt.stores["transcripts"].counts.objects == 3  # the restored copy was never listed
     assert await first.list_keys(subject_prefix(subject)) == [f"{subject_prefix(subject)}{RESTORED}"]
     await first.close()

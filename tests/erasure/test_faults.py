@@ -29,13 +29,16 @@ from teamstore.audit.subjects import (
     get_or_create_subject,
     new_session_secret,
     new_subject_key,
+    record_store,
     session_key,
 )
+from teamstore.audit.transcripts import store_endpoint
 from teamstore.audit.transcripts.base import StoredObject, run_key, subject_prefix
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.record import RunKeys
-from teamstore.audit.transcripts.s3 import S3TranscriptStore, make_client
+from teamstore.audit.transcripts.s3 import MARKS, S3TranscriptStore, make_client
 from teamstore.db.fence import user_holds
+from teamstore.db.identity import database_id
 from teamstore.erasure import RequestStatus, StepStatus, desk, requests
 from teamstore.erasure.schema import erasure_requests
 from teamstore.erasure.steps import STEP_ORDER
@@ -207,7 +210,7 @@ async def test_an_erasure_asks_about_each_held_version_once_per_attempt_and_a_re
     asked: list[tuple[str, str, str | None]] = []  # (operation, key, version id) of each request sent
 
     def sending(model: Any, params: dict[str, Any], **_: Any) -> None:
-        if model.name in {"HeadObject", "GetObject"}:
+        if model.name in {"HeadObject", "GetObject"} and f"/{MARKS}/" not in params["Key"]:  # a version, no mark
             asked.append((model.name, params["Key"], params.get("VersionId")))
 
     store.client.meta.events.register("provide-client-params.s3", sending)
@@ -323,7 +326,7 @@ async def test_an_erasure_killed_between_two_pages_deletions_reports_every_versi
     store.client.meta.events.register("before-parameter-build.s3.DeleteObjects", die_at_the_second_page)
     with pytest.raises(Killed):
         await coordinator(engine, store).run("ines", request_id="req-killed-pages")
-    left = store.client.list_object_versions(Bucket=bucket, Prefix="audit/").get("Versions", [])
+    left = store.client.list_object_versions(Bucket=bucket, Prefix="audit/subjects/").get("Versions", [])
     assert len(left) == 10 - 4  # the first page went before the kill
 
     rerun = S3TranscriptStore(make_client(), bucket, "audit", page_size=4)
@@ -333,7 +336,7 @@ async def test_an_erasure_killed_between_two_pages_deletions_reports_every_versi
     assert receipt.ok and transcripts.status is StepStatus.ERASED, transcripts
     # What the first attempt counted before deleting anything, not the first page alone nor what was left.
     assert (transcripts.counts.objects, transcripts.counts.versions) == (5, 10)
-    assert not rerun.client.list_object_versions(Bucket=bucket, Prefix="audit/").get("Versions")
+    assert not rerun.client.list_object_versions(Bucket=bucket, Prefix="audit/subjects/").get("Versions")
     await store.close()
     await rerun.close()
 
@@ -362,7 +365,7 @@ async def test_a_version_written_between_the_erasures_count_and_its_deletion_is_
     transcripts = receipt.stores["transcripts"]
     assert receipt.ok and transcripts.status is StepStatus.ERASED, transcripts
     assert (transcripts.counts.objects, transcripts.counts.versions) == (1, 6)
-    assert not store.client.list_object_versions(Bucket=bucket, Prefix="audit/").get("Versions")
+    assert not store.client.list_object_versions(Bucket=bucket, Prefix="audit/subjects/").get("Versions")
     await store.close()
 
 
@@ -815,6 +818,8 @@ async def test_versions_s3_refuses_to_delete_are_named_by_error_code_and_a_rerun
     engine: AsyncEngine, s3_store: S3TranscriptStore, s3_endpoint: str
 ) -> None:
     subject = await get_or_create_subject(engine, "wes")
+    await record_store(engine, subject, s3_store.url, endpoint=store_endpoint(s3_store))  # as a worker does
+    await s3_store.mark(await database_id(engine))  # ... at its first run: a proxy reaches the same bucket
     for run in ("r1", "r2"):
         await s3_store.put(f"{subject_prefix(subject)}sessions/s1/runs/{run}.jsonl.gz", b"transcript")
     proxy = HoldingProxy(s3_endpoint, refuse_deletes="InternalError")  # S3 failing on its side, per key

@@ -8,6 +8,7 @@ workers' bucket, another server's bucket of the same name is refused.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
@@ -108,10 +109,11 @@ async def test_an_erasure_reaching_another_server_s_bucket_of_the_same_name_is_r
     assert f"the S3 endpoint {fresh_moto}" in refused.value.message and s3_env in refused.value.message
     assert refused.value.hint is not None and refused.value.hint.startswith(
         f"run erase with AWS_ENDPOINT_URL_S3={s3_env} and the same --request-id req-namesake")
+    assert "carries no mark of this database's writers there" in refused.value.message
     assert planned.value.hint is not None and "and the same user" in planned.value.hint  # no request to rerun
     assert await find_subject(engine, USER) == seeded.subject_key  # the request open, the mapping kept
     assert len(await written.list_keys(subject_prefix(seeded.subject_key))) == 2
-    assert not await elsewhere.marked(await database_id(engine))  # the refusal wrote nothing there
+    assert not await elsewhere.marked(await database_id(engine), s3_env)  # the refusal wrote nothing there
     done = await coordinator(engine, written).run(USER, request_id="req-namesake")
     assert done.status is RequestStatus.COMPLETED, done
     assert await written.list_keys(subject_prefix(seeded.subject_key)) == []
@@ -127,7 +129,7 @@ async def test_an_erasure_reaching_the_workers_bucket_through_a_proxy_finds_it_m
     platform = audited_platform(engine, registry, written)
     seeded = await seed_user(platform, written, USER, "CANARY-proxied", 1, 2)
     await platform.aclose()
-    assert await written.marked(await database_id(engine))  # the worker's first run marked it
+    assert await written.marked(await database_id(engine), s3_env)  # the worker's first run marked it
     proxy = HoldingProxy(s3_env)
     try:
         receipt = await coordinator(engine, _bucket_at(proxy.endpoint, written.bucket)).run(USER, request_id="req-px")
@@ -153,7 +155,7 @@ async def test_a_bucket_unmarked_by_writers_is_marked_by_the_erasure_at_their_en
         with pytest.raises(TranscriptStoreMismatch):
             await coordinator(engine, proxied).run(USER, request_id="req-old")
         assert (await coordinator(engine, written).run(USER, request_id="req-old")).status is RequestStatus.COMPLETED
-        assert await written.marked(await database_id(engine))
+        assert await written.marked(await database_id(engine), s3_env)
         await _written(engine, {written: 1})  # written again at the same endpoint
         receipt = await coordinator(engine, proxied).run(USER, request_id="req-again")
     finally:
@@ -190,3 +192,78 @@ async def test_an_export_reaching_another_server_s_bucket_of_the_same_name_fails
     assert done.manifest.stores["transcripts"].records == 3  # two runs, and the earlier version of one written again
     await written.close()
     await elsewhere.close()
+
+
+class DenyingHeads(HoldingProxy):
+    """Forwards to moto, but answers 403 to every HEAD in the bucket ``name``: on AWS, a bucket of that name that is
+    another account's, or a role without s3:ListBucket."""
+
+    def __init__(self, upstream: str, name: str) -> None:
+        self.denied = f"/{name}/"
+        super().__init__(upstream)
+
+    def _forward(self, method: str, path: str, headers: dict[str, str], body: bytes) -> tuple[int, list[Any], bytes]:
+        if method == "HEAD" and path.startswith(self.denied):
+            return 403, [("Content-Type", "application/xml")], b""
+        return super()._forward(method, path, headers, body)
+
+
+@pytest.mark.s3
+async def test_erasing_another_user_at_a_namesake_leaves_it_unmarked_for_the_user_whose_store_it_is_not(
+    engine: AsyncEngine, registry: Registry, s3_env: str, fresh_moto: str
+) -> None:
+    """A pass marks only a bucket it reaches where the record says its writers did: a user with no store recorded
+    (a subject, no run written), or one recorded before endpoints were, erased at the namesake, marks nothing."""
+    written = _bucket_at(s3_env, versioned_bucket())
+    platform = audited_platform(engine, registry, written)
+    seeded = await seed_user(platform, written, USER, "CANARY-poisoned", 1, 2)
+    await platform.aclose()
+    elsewhere = _bucket_at(fresh_moto, written.bucket)
+    await get_or_create_subject(engine, "ned@example.com")  # no store recorded
+    old = await get_or_create_subject(engine, "old@example.com")
+    await record_store(engine, old, written.url, endpoint=None)  # as before migration 0029
+    async with engine.begin() as conn:
+        await conn.execute(update(subject_stores).where(subject_stores.c.subject_key == old).values(endpoint=None))
+
+    for n, user in enumerate(("ned@example.com", "old@example.com")):
+        await coordinator(engine, elsewhere).run(user, request_id=f"req-other-{n}")
+
+    with pytest.raises(TranscriptStoreMismatch):
+        await coordinator(engine, elsewhere).run(USER, request_id="req-poisoned")
+    assert len(await written.list_keys(subject_prefix(seeded.subject_key))) == 2
+    assert await find_subject(engine, USER) == seeded.subject_key
+    await written.close()
+    await elsewhere.close()
+
+
+@pytest.mark.s3
+async def test_a_bucket_that_will_not_say_whether_it_is_marked_is_refused_naming_the_writers_endpoint(
+    engine: AsyncEngine, s3_env: str, fresh_moto: str, tmp_path: Path
+) -> None:
+    """A store still to empty: the fix is the recorded endpoint, not a rerun where the answer stays 403; a done
+    one does not hold the request open (named not reachable here, as an unmarked one is)."""
+    first = _bucket_at(fresh_moto, versioned_bucket())  # where the workers wrote (a MinIO beside AWS)
+    proxy = DenyingHeads(s3_env, first.bucket)  # AWS, where a bucket of that name is another account's
+    try:
+        subject = await _written(engine, {first: 2})
+        reached = _bucket_at(proxy.endpoint, first.bucket)
+        with pytest.raises(TranscriptStoreMismatch) as refused:
+            await coordinator(engine, reached).run(USER, request_id="req-403")
+        assert refused.value.hint is not None and refused.value.hint.startswith(
+            f"run erase with AWS_ENDPOINT_URL_S3={fresh_moto} and the same --request-id req-403")
+        assert "would not say whether it carries this database's mark (access denied)" in refused.value.message
+        with pytest.raises(ExportFailed) as failed:
+            await exporter(engine, reached).run(USER, tmp_path / "x.zip", operator="dpo")
+        assert failed.value.hint == f"run the export with AWS_ENDPOINT_URL_S3={fresh_moto}"
+        second = _bucket_at(proxy.endpoint, versioned_bucket())
+        await _written(engine, {second: 1})
+        with pytest.raises(TranscriptStoreMismatch):
+            await coordinator(engine, first).run(USER, request_id="req-403")  # empties the first, names the second
+        receipt = await coordinator(engine, second).run(USER, request_id="req-403")
+    finally:
+        proxy.stop()
+
+    assert receipt.status is RequestStatus.COMPLETED, receipt
+    assert f"{first.url} (not reachable here: " in (receipt.stores["transcripts"].detail or "")
+    assert await second.list_keys(subject_prefix(subject)) == []
+    await first.close()

@@ -14,10 +14,12 @@ nothing and report a clean 0. So a folder is made only by a run, or by an operat
 deployment's. A store reached from anywhere (S3) is always here; another server can hold a bucket of the same
 name, so the first run of a process marks the store as this database's too (``Capability.MARKS``), and an
 erasure that reaches it at another endpoint than its writers did knows the same store (a proxy, another host
-name) from another one (:func:`teamstore.erasure.stores.check_store`).
+name) from another one (:func:`teamstore.erasure.stores.check_same_store`).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -56,21 +58,37 @@ async def mark_ours(store: TranscriptStore, engine: AsyncEngine) -> None:
         await marks.mark(await database_id(engine))
 
 
-async def unmarked_elsewhere(store: TranscriptStore, engine: AsyncEngine, recorded: str | None) -> str | None:
-    """The endpoint ``store`` is reached at, when it is another than ``recorded`` (where its writers reached it,
-    :func:`teamstore.audit.subjects.recorded_endpoints`) and the bucket there carries no mark of this database: it
-    may be another server's bucket of the same name. ``None`` when the store is the one they wrote to, as far as
-    can be told: the same endpoint, or an unknown one (recorded before endpoints were), or marked; or a store
+@dataclass(frozen=True)
+class Elsewhere:
+    """A store reached at another endpoint than the one its writers reached it at, which cannot be told for theirs:
+    it may be another server's bucket of the same name."""
+
+    endpoint: str
+    """The endpoint it is reached at here."""
+    why: str
+    """Why it cannot be told for theirs, as "which ..." ends: it carries no mark, or would not say."""
+
+
+async def unmarked_elsewhere(store: TranscriptStore, engine: AsyncEngine, recorded: str | None) -> Elsewhere | None:
+    """Where ``store`` is reached, when it is another endpoint than ``recorded`` (where its writers reached it,
+    :func:`teamstore.audit.subjects.recorded_endpoints`) and the bucket there carries no mark of this database's
+    writers at ``recorded``, or will not say (access denied: a bucket of that name may be someone else's).
+    ``None`` when the store is the one they wrote to, as far as can be told: the same endpoint, or an unknown one
+    (recorded before endpoints were), or marked by them (a proxy, another host name of their server); or a store
     without marks (a folder).
 
     Raises:
-        TranscriptUnavailable: The store could not say. StoreUnavailable: The database's id could not be read.
+        TranscriptUnavailable: The store could not be reached, or failed. StoreUnavailable: The database's id
+            could not be read.
     """
     marks = capability(store, Capability.MARKS)
     here = store_endpoint(store)
-    if marks is None or recorded is None or recorded == here or await marks.marked(await database_id(engine)):
+    if marks is None or recorded is None or here is None or recorded == here:
         return None
-    return here
+    found = await marks.marked(await database_id(engine), recorded)
+    if found is None:
+        return Elsewhere(here, "would not say whether it carries this database's mark (access denied)")
+    return None if found else Elsewhere(here, "carries no mark of this database's writers there")
 
 
 async def check_here(store: TranscriptStore, engine: AsyncEngine, *, doing: str, make: bool = False) -> None:

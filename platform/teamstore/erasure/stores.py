@@ -190,38 +190,45 @@ async def check_store(ctx: StepContext, retention_days: int) -> None:
         await _check_unrecorded(ctx, ctx.subject_key, retention_days)
 
 
-async def check_same_store(ctx: StepContext) -> None:
+async def check_same_store(ctx: StepContext) -> bool:
     """Refuse a pass that reaches a store still to empty (or held) at another endpoint than its writers did,
-    unless the store there is marked as this database's (``Capability.MARKS``): a proxy, or the same server under
-    another host name, reaches the bucket they wrote to; another server's bucket of the same name would be listed,
-    found empty and taken for emptied while the transcripts stay where they were written. Asked by the transcript
-    step, before it records or lists anything, so a store that cannot say fails the step as its listing would.
+    unless the store there carries their mark at that endpoint (``Capability.MARKS``): a proxy, or the same server
+    under another host name, reaches the bucket they wrote to; another server's bucket of the same name would be
+    listed, found empty and taken for emptied while the transcripts stay where they were written. Asked by the
+    transcript step before it records or lists anything.
+
+    Returns:
+        Whether the store is reached at the endpoint recorded for it (before this pass records one): the bucket
+        its record names, which the pass may mark (:func:`mark_reached`).
 
     Raises:
-        TranscriptStoreMismatch: The store reached here carries no mark of this database.
-        TranscriptUnavailable: The store could not say. StoreUnavailable: The database could not be reached.
+        TranscriptStoreMismatch: The store reached here carries no such mark, or will not say.
+        TranscriptUnavailable: The store could not be reached. StoreUnavailable: The database could not be reached.
     """
     ours = ctx.transcripts.url
-    if ctx.subject_key is None or (await recorded_stores(ctx.engine, ctx.subject_key)).get(ours) is not False:
-        return  # never written there, or emptied: check_store decides
+    if ctx.subject_key is None or (erased := (await recorded_stores(ctx.engine, ctx.subject_key)).get(ours)) is None:
+        return False  # never written there: check_store decides, and this pass's record names its own endpoint
     recorded = (await recorded_endpoints(ctx.engine, ctx.subject_key)).get(ours)
-    if (here := await unmarked_elsewhere(ctx.transcripts, ctx.engine, recorded)) is None:
-        return
+    if recorded is not None and recorded == store_endpoint(ctx.transcripts):
+        return True
+    if erased or (found := await unmarked_elsewhere(ctx.transcripts, ctx.engine, recorded)) is None:
+        return False
     raise TranscriptStoreMismatch(
         f"this user's transcripts were written to {ours} at {described(recorded)}; this erasure reaches a bucket of "
-        f"that name at {described(here)}, which carries no mark of this database's writers: it may be another "
-        f"server's bucket. {what_stays(ctx)}",
-        hint=f"run erase with {endpoint_setting(recorded)} and {same_request(ctx)}; if {described(here)} reaches "
-        "the same bucket (a proxy, another host name), a worker's first run there, or `teamstore transcripts flush`, "
-        "marks it",
+        f"that name at {described(found.endpoint)}, which {found.why}: it may be another server's bucket. "
+        f"{what_stays(ctx)}",
+        hint=f"run erase with {endpoint_setting(recorded)} and {same_request(ctx)} (a bucket its writers have not "
+        "marked yet, written by a release before marks, is marked by a worker's run, a flush or an erasure there, "
+        "and then reached through any endpoint of its server)",
         stores=(ours,),
     )
 
 
 async def mark_reached(ctx: StepContext) -> None:
-    """Mark the store a pass reaches (and has recorded, or found marked) as this database's, so a later pass
-    reaching it at another endpoint knows it: a bucket the record's endpoint names is the one this pass talks
-    to. A failure (a role without s3:PutObject) is logged: such a store is erased at its recorded endpoint alone."""
+    """Mark the store a pass reaches at the endpoint recorded for it (:func:`check_same_store` says so) as this
+    database's writers', so a later pass reaching it through a proxy or another host name knows it (a store
+    written by a release before marks). A failure (a role without s3:PutObject) is logged: such a store is then
+    erased at its recorded endpoint alone."""
     try:
         await mark_ours(ctx.transcripts, ctx.engine)
     except TeamstoreError as exc:

@@ -206,7 +206,7 @@ async def _check_here(ctx: ExportContext, subject_key: str, store: TranscriptSto
     subject's (swept) gives nothing, rightly.
 
     Raises:
-        TranscriptUnavailable: The folder is not here, the bucket may be another one, or it could not say.
+        TranscriptUnavailable: The folder is not here, or the bucket may be another one.
         StoreUnavailable: The database could not be reached.
     """
     if await missing_here(store):
@@ -215,10 +215,10 @@ async def _check_here(ctx: ExportContext, subject_key: str, store: TranscriptSto
             hint="run the export on the machine whose folder that is (or where it is mounted at the same path)",
         )
     recorded = (await recorded_endpoints(ctx.engine, subject_key)).get(store.url)
-    if (here := await unmarked_elsewhere(store, ctx.engine, recorded)) is not None:
+    if (found := await unmarked_elsewhere(store, ctx.engine, recorded)) is not None:
         raise TranscriptUnavailable(
             f"this user's transcripts were written to {store.url} at {described(recorded)}; this export reaches a "
-            f"bucket of that name at {described(here)}, which carries no mark of this database's writers: it may "
-            "be another server's bucket, and the export would miss them",
+            f"bucket of that name at {described(found.endpoint)}, which {found.why}: it may be another server's "
+            "bucket, and the export would miss them",
             hint=f"run the export with {endpoint_setting(recorded)}",
         )

@@ -232,21 +232,23 @@ class Siblings(Protocol):
 @runtime_checkable
 class Marks(Protocol):
     """``Capability.MARKS``: the store is reached by name wherever it is asked (an S3 bucket at an endpoint),
-    and another server can hold one of the same name. Writers mark it as their state database's before their
-    first transcript there, so whoever reaches it later, through any endpoint, can tell whether it is that store."""
+    and another server can hold one of the same name. Writers mark it as their state database's, at the endpoint
+    they reach it at, from their first run there, so whoever reaches it later, through any endpoint, can tell
+    whether it is the store a record names (written at that endpoint)."""
 
     async def mark(self, database_id: str) -> None:
-        """Mark the store as one ``database_id``'s writers put transcripts in, unless it is marked so already.
+        """Mark the store as one ``database_id``'s writers reach at this store's endpoint, unless it is already.
 
         Raises:
             TranscriptUnavailable: The store could not be reached, or refused the mark (access denied).
         """
 
-    async def marked(self, database_id: str) -> bool:
-        """Whether writers of ``database_id`` marked the store (:meth:`mark`).
+    async def marked(self, database_id: str, endpoint: str) -> bool | None:
+        """Whether writers of ``database_id`` marked the store at ``endpoint`` (:meth:`mark`); ``None`` when the
+        store answers that it will not say (access denied).
 
         Raises:
-            TranscriptUnavailable: The store could not be reached, or refused to say.
+            TranscriptUnavailable: The store could not be reached, or failed.
         """
 
 

@@ -62,6 +62,8 @@ GZIP_MAGIC = b"\x1f\x8b"
 T = TypeVar("T")
 
 
+_REFUSED = frozenset({"403", "AccessDenied", "Forbidden"})
+"""S3's answers to a ``HeadObject`` it will not answer (a HEAD's error has no body: its code is the status)."""
 MARKS = ".teamstore-databases"
 """The folder of the store's marks (:meth:`S3TranscriptStore.mark`), beside ``subjects/``: no lifecycle rule
 expires a mark, and no listing of the store's objects shows one."""
@@ -356,31 +358,40 @@ class S3TranscriptStore:
 
     # --- marks ----------------------------------------------------------------------------------------------------
     async def mark(self, database_id: str) -> None:
-        """Mark the store as one whose transcripts ``database_id``'s writers put here: the object
-        ``<prefix>/.teamstore-databases/<id>`` (beside ``subjects/``, which the lifecycle rule expires), put only
-        when a ``HeadObject`` finds none, so a versioned bucket gains no version a worker.
+        """Mark the store as one ``database_id``'s writers reach at this client's endpoint (:attr:`endpoint`): the
+        object ``<prefix>/.teamstore-databases/<id>/<digest of the endpoint>`` (beside ``subjects/``, which the
+        lifecycle rule expires), put only when a ``HeadObject`` finds none, so a versioned bucket gains no version
+        a worker.
 
         Raises:
             TranscriptUnavailable: S3 unreachable, or refusing (the worker's role needs s3:PutObject on the
                 transcript prefix, as for transcripts).
         """
-        if await self.marked(database_id):
+        if await self.marked(database_id, self.endpoint):
             return
-        body = json.dumps({"database_id": database_id}).encode()
-        await self._call("mark", _mark_key(database_id), self.client.put_object, Bucket=self.bucket,
-                         Key=self._full(_mark_key(database_id)), Body=body, ContentType="application/json")
+        key = _mark_key(database_id, self.endpoint)
+        body = json.dumps({"database_id": database_id, "endpoint": self.endpoint}).encode()
+        await self._call("mark", key, self.client.put_object, Bucket=self.bucket, Key=self._full(key), Body=body,
+                         ContentType="application/json")
 
-    async def marked(self, database_id: str) -> bool:
-        """Whether ``database_id``'s writers marked the store (:meth:`mark`): one ``HeadObject``.
+    async def marked(self, database_id: str, endpoint: str) -> bool | None:
+        """Whether ``database_id``'s writers marked the store at ``endpoint`` (:meth:`mark`), whichever endpoint
+        this client reaches it at: one ``HeadObject``. ``None`` when S3 answers that it will not say (403: on AWS,
+        a bucket of that name another account owns, or a role without s3:GetObject or s3:ListBucket there).
 
         Raises:
-            TranscriptUnavailable: S3 unreachable, or refusing.
+            TranscriptUnavailable: S3 unreachable, or failing.
         """
-        key = _mark_key(database_id)
+        key = _mark_key(database_id, endpoint)
         try:
-            await self._call("mark", key, self.client.head_object, Bucket=self.bucket, Key=self._full(key))
-        except TranscriptNotFound:
-            return False
+            await self._run(self.client.head_object, Bucket=self.bucket, Key=self._full(key))
+        except Exception as exc:
+            if error_code(exc) in _REFUSED:
+                return None
+            error = translate(exc, "look up", self.bucket, key)
+            if isinstance(error, TranscriptNotFound):
+                return False
+            raise error from exc
         return True
 
     # --- requests on the store's threads -------------------------------------------------------------------------
@@ -412,12 +423,13 @@ class S3TranscriptStore:
             await asyncio.to_thread(self.client.close)
 
 
-def _mark_key(database_id: str) -> str:
-    """The key of ``database_id``'s mark (:meth:`S3TranscriptStore.mark`)."""
+def _mark_key(database_id: str, endpoint: str) -> str:
+    """The key of the mark of ``database_id``'s writers at ``endpoint`` (:meth:`S3TranscriptStore.mark`): the
+    endpoint by a digest, so a key of fixed length says nothing of it."""
     if not re.fullmatch(r"[0-9a-f]{32}", database_id):
         raise ConfigurationError("a transcript store's mark names a database id of 32 hex characters",
                                  hint="pass teamstore.db.identity.database_id(engine)")
-    return f"{MARKS}/{database_id}"
+    return f"{MARKS}/{database_id}/{hashlib.sha256(endpoint.encode()).hexdigest()[:32]}"
 
 
 def _replaced_by(old: dict[str, Any], new: dict[str, Any]) -> bool:

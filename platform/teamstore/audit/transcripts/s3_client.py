@@ -37,6 +37,7 @@ _NEEDS = {
     "list": "s3:ListBucket on the bucket",
     "delete": "s3:ListBucketVersions, s3:DeleteObject and s3:DeleteObjectVersion on the transcript prefix",
     "mark": "s3:GetObject and s3:PutObject on the transcript prefix",
+    "look up": "s3:GetObject on the transcript prefix and s3:ListBucket on the bucket",
     "configure": "s3:GetLifecycleConfiguration and s3:PutLifecycleConfiguration on the bucket",
 }
 """What an access-denied request of each kind needs."""

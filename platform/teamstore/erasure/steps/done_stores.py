@@ -202,18 +202,19 @@ async def _elsewhere(ctx: StepContext, url: str, store: TranscriptStore) -> str 
     endpoint than the client talks to, where a bucket of its name, if any, carries no mark of this database (another
     server's). None when it is not, when the bucket there is marked (the same server through a proxy or another
     host name), or when its endpoint is unknown (recorded before migration 0029): such a store is reached through
-    this pass's client.
+    this pass's client. A bucket that will not say whether it is marked is not reachable here either (on AWS, a
+    bucket of that name may be another account's).
 
     Raises:
-        TranscriptUnavailable: The bucket could not say whether it is marked.
+        TranscriptUnavailable: The bucket could not be reached.
     """
     if store is ctx.transcripts or capability(store, Capability.SIBLINGS) is None:
         return None
     recorded = (await recorded_endpoints(ctx.engine, _subject(ctx))).get(url)
-    if (ours := await unmarked_elsewhere(store, ctx.engine, recorded)) is None:
+    if (found := await unmarked_elsewhere(store, ctx.engine, recorded)) is None:
         return None
     return (f"not reachable here: it was written at {described(recorded)} and this erasure talks to "
-            f"{described(ours)}, where a bucket of its name carries no mark of this database; a pass with "
+            f"{described(found.endpoint)}, where a bucket of its name {found.why}; a pass with "
             f"{endpoint_setting(recorded)} reaches it")
 
 

@@ -104,12 +104,13 @@ class TranscriptStep:
         """
         if ctx.subject_key is None:
             return StoreResult(status=StepStatus.DELETED, counts=prior.counts if prior else Counts())
-        await rerunnable(check_same_store(ctx))  # the bucket its writers used, not another server's of its name
+        at_writers = await rerunnable(check_same_store(ctx))  # the bucket its writers used, not another server's of its name
         # Recorded before anything is deleted (a no-op if it is already): a rerun of this request then talks
         # to this store again, even for transcripts written before stores were recorded.
         await record_store(ctx.engine, ctx.subject_key, ctx.transcripts.url,
                            endpoint=store_endpoint(ctx.transcripts), erasing=True)
-        await mark_reached(ctx)
+        if at_writers:
+            await mark_reached(ctx)
         view, prefix = view_of(ctx.transcripts, ctx.held), subject_prefix(ctx.subject_key)
         others, before = await _parts(ctx, prior)
         tally = await tallied(view, prefix)
