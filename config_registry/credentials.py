@@ -61,7 +61,8 @@ _KEY_SHAPE = re.compile(
 _NOT_CREDENTIAL_DETECTORS = frozenset({"IPPublicDetector"})
 # A command-line flag in an argument list (an MCP stdio server's ``args``): ``--api-key=VALUE`` or
 # ``--token`` followed by the value.
-_FLAG = re.compile(r"-{1,2}([A-Za-z][A-Za-z0-9_-]*)(?:=(.*))?", re.DOTALL)
+# A flag, with the value given in the same word: after "=", or (PowerShell's "-Password:VALUE") after ":".
+_FLAG = re.compile(r"-{1,2}([A-Za-z][A-Za-z0-9_-]*)(?:[=:](.*))?", re.DOTALL)
 # An argument that sets a variable (docker's ``-e API_KEY=VALUE``, ``env API_KEY=VALUE server``) or writes a
 # header (mcp-remote's ``--header "Authorization: Bearer VALUE"``) ...
 _ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.DOTALL)
@@ -273,11 +274,15 @@ def flag_credential(items: list[Any], index: int, *, script: bool = False) -> st
     return _argument_credential(match.group(2) if match and match.group(2) is not None else item, raw=raw)
 
 
-def flag_given(items: list[Any], index: int) -> str | None:
-    """The flag item ``index`` of an argument list gives its value to: its own (``--secret-id=VALUE``), or a bare
-    flag's before it (``--secret-id VALUE``); ``None`` for any other item."""
+def argument_name(items: list[Any], index: int) -> str | None:
+    """The name item ``index`` of an argument list gives its value under: the variable it sets (docker's
+    ``-e SECRET_ID=VALUE``, ``--env=SECRET_ID=VALUE``), else the flag it is given to, its own
+    (``--secret-id=VALUE``) or a bare flag's before it (``--secret-id VALUE``); ``None`` for any other item."""
     item = items[index]
     match = _FLAG.fullmatch(item) if isinstance(item, str) else None
+    value = match.group(2) if match else item
+    if isinstance(value, str) and (assigned := _ASSIGNMENT.fullmatch(value)):
+        return assigned.group(1)
     if match and match.group(2) is not None:
         return match.group(1)
     previous = _FLAG.fullmatch(items[index - 1]) if index and isinstance(items[index - 1], str) else None

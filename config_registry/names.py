@@ -103,8 +103,9 @@ _TOKEN_SIGNERS = ("jwt", "hmac", "session", "cookie", "csrf", "signing", "refres
 # A secret key after a model service's name is that service's key ("OPENAI_SECRET_KEY", "AZURE_OPENAI_SECRET_KEY"),
 # which a local server's dummy stands in for, where an application's ("DJANGO_SECRET_KEY", "SECRET_KEY") is its own.
 _MODEL_SERVICES = (
-    "openai", "anthropic", "azure", "mistral", "mistralai", "groq", "gemini", "cohere", "together", "deepseek",
-    "ollama", "vllm", "litellm", "huggingface", "hf", "fireworks", "perplexity", "openrouter", "xai", "llm", "gpt",
+    "openai", "anthropic", "azure", "mistral", "mistralai", "groq", "gemini", "cohere", "together", "togetherai",
+    "deepseek", "ollama", "vllm", "litellm", "huggingface", "hf", "fireworks", "fireworksai", "perplexity",
+    "openrouter", "xai", "llm", "gpt",
 )
 
 
@@ -196,9 +197,11 @@ def names_key_or_token(name: str) -> bool:
     # Whose it is: the start of a qualifier written as one word ("jwtaccess"), else the word before the qualifier.
     before = words[-2 if compound else -3] if len(words) > (1 if compound else 2) else ""
     if qualifier.endswith(_SERVICE_KEY_WORDS):
-        owner = qualifier.removesuffix("access").removesuffix("api") or before
+        owner = (qualifier.removesuffix("access").removesuffix("api") or before).removesuffix("s")
         return not (words[-1].endswith(("key", "keys")) and owner.endswith(_TOKEN_SIGNERS))
-    if qualifier.endswith("secret") and (qualifier.removesuffix("secret") or before).endswith(_MODEL_SERVICES):
+    # A service's name may be split into words ("OpenAI", "HUGGING_FACE"): the words before "secret", joined.
+    service = "".join(words[:-1] if compound else words[:-2]) + qualifier.removesuffix("secret")
+    if qualifier.endswith("secret") and service.endswith(_MODEL_SERVICES):
         return True
     # "DJANGOSECRET_KEY", "jwtsecretkey": a compound ends with what it is; "sessiontoken" may start with it.
     return not (qualifier.endswith(_OWN_SECRETS_WORDS) or compound.startswith(_OWN_SECRETS_WORDS))

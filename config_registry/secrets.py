@@ -20,11 +20,11 @@ from collections.abc import Iterator, Mapping
 from typing import Any, NoReturn
 
 from config_registry.credentials import (
+    argument_name,
     command_line_credential,
     encoded_script_credential,
     environment_value_credential,
     flag_credential,
-    flag_given,
     holds_no_credential,
     kept_command_credential,
     names_secrets_id,
@@ -145,9 +145,10 @@ def _check_undeclared(path: str, key: str, value: Any, parent: Any, *, shell_run
         return
     found = _found_in_value(path, key, value, parent, shell_runs=shell_runs)
     if found is not None:
-        # An argument is named by its flag (``--secret-id VALUE``): what says how to give a reference instead.
-        flag = flag_given(parent, int(key)) if isinstance(parent, list) else None
-        _refuse_plaintext(path, found, name=flag or key)
+        # An argument is named by its variable or flag (``-e SECRET_ID=VALUE``, ``--secret-id VALUE``): what says
+        # how to give a reference instead.
+        named = argument_name(parent, int(key)) if isinstance(parent, list) else None
+        _refuse_plaintext(path, found, name=named or key)
 
 
 def _found_in_value(path: str, key: str, value: Any, parent: Any, *, shell_runs: bool) -> str | None:

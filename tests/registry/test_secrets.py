@@ -819,3 +819,11 @@ def test_prose_that_mentions_a_password_setting_is_stored(registry: Registry) ->
     )
     registry.add("support_triage", dump(agent), triage_manifest(secrets={KEY_PATH: "env:K"}), "prose")
     assert registry.resolve("support_triage").component["config"]["system_message"] == prose
+
+
+@pytest.mark.parametrize("args", [["-File", "sync.ps1", "-Password:hunter2Xk9"], ["-File", "s.ps1", "-ApiKey:q7Rz9LmX2vPkAbC"]])
+def test_a_secret_given_to_a_powershell_parameter_after_a_colon_is_refused(registry: Registry, args: list[str]) -> None:
+    # PowerShell's "-Param:value" was read as no flag at all: the password was stored.
+    refused = _refused_server(registry, "pwsh", args)
+    assert refused.field == "config.workbench.0.config.server_params.args.2"
+    assert "plaintext secret (the value of the flag" in refused.message

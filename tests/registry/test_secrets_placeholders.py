@@ -131,6 +131,7 @@ def test_a_real_looking_key_in_a_model_clients_config_is_refused_at_registration
         # ... an access or API key too, after what an application signs its tokens or keeps its sessions with
         (_component(env={"JWT_ACCESS_KEY": "x"}), f"config.{SERVER}.env.JWT_ACCESS_KEY"),
         (_component(env={"SESSION_API_KEY": "dummy"}), f"config.{SERVER}.env.SESSION_API_KEY"),
+        (_component(env={"COOKIES_API_KEY": "x"}), f"config.{SERVER}.env.COOKIES_API_KEY"),
         (_component(fields={"jwtAccessKey": "none"}), "config.jwtAccessKey"),
         # ... and a secret key under any name but a model service's
         (_component(env={"DJANGO_SECRET_KEY": "x"}), f"config.{SERVER}.env.DJANGO_SECRET_KEY"),
@@ -144,7 +145,8 @@ def test_a_dummy_under_a_passwords_or_a_secrets_name_is_still_refused(component:
 @pytest.mark.parametrize("name", ["APP_OPENAI_API_KEY", "PRIVATE_LLM_API_KEY", "VLLM_APP_API_KEY",
                                   "AWS_SECRET_ACCESS_KEY", "APP_OPENAI_KEY", "APP_HF_TOKEN", "FLASK_APP_OPENAI_KEY",
                                   "SESSION_LLM_KEY", "PRIVATE_GPT_KEY", "OPENAI_SECRET_KEY", "AZURE_OPENAI_SECRET_KEY",
-                                  "JWT_ACCESS_TOKEN"])
+                                  "JWT_ACCESS_TOKEN", "azureOpenAISecretKey", "OPEN_AI_SECRET_KEY",
+                                  "HuggingFaceSecretKey", "X_AI_SECRET_KEY"])
 def test_a_dummy_under_a_model_servers_key_is_stored_whatever_the_words_before_what_the_key_is(name: str) -> None:
     # the word before "key" says what it is (a model's, an API's, an access key); a prefix naming the app does not
     component = _component(env={name: "EMPTY"})

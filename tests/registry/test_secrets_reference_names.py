@@ -388,6 +388,8 @@ def test_a_secret_given_under_a_secret_id_is_refused(value: str) -> None:
 @pytest.mark.parametrize("args", [
     ["secretsmanager", "get-secret-value", "--secret-id", "crm-db-password"],
     ["secretsmanager", "get-secret-value", "--secret-id=crm-db-password"],
+    ["run", "-e", "SECRET_ID=crm-db-password", "img"],  # a variable an argument sets: judged by its name
+    ["run", "--env=SECRET_ID=crm-db-password", "img"],
 ])
 def test_a_secret_id_flag_given_a_single_word_is_refused_saying_how_to_give_the_secret_s_path(
     args: list[str]
