@@ -548,6 +548,11 @@ async def test_a_request_cancelled_while_the_last_runs_audit_is_written_loses_no
 @pytest.mark.parametrize(("endpoint", "recorded"), [
     ("https://s3.us-east-1.amazonaws.com", "aws"),  # not none: that is a record from before 0029, unknown
     ("https://bucket.vpce-0a1b.s3.eu-west-1.vpce.amazonaws.com/", "aws"),
+    ("https://s3-accesspoint.us-west-2.amazonaws.com", "aws"),
+    ("https://s3.cn-north-1.amazonaws.com.cn", "aws"),
+    # another AWS host in front of a MinIO is that MinIO: a load balancer's, an instance's
+    ("http://x-123.us-east-1.elb.amazonaws.com:9000", "http://x-123.us-east-1.elb.amazonaws.com:9000"),
+    ("http://ec2-54-1-2-3.compute-1.amazonaws.com:9000/", "http://ec2-54-1-2-3.compute-1.amazonaws.com:9000"),
     ("http://key:secret@minio:9000/", "http://minio:9000"),
     ("HTTP://MinIO:9000", "http://minio:9000"),
     ("http://[::1]:9000", "http://[::1]:9000"),

@@ -16,6 +16,7 @@ from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from config_registry import Registry
+from teamstore.audit import outbox
 from teamstore.audit.schema import subject_stores
 from teamstore.audit.subjects import find_subject, get_or_create_subject, record_store, recorded_endpoints
 from teamstore.audit.transcripts import subject_prefix
@@ -25,7 +26,7 @@ from teamstore.erasure import RequestStatus
 from teamstore.errors import ExportFailed, TranscriptStoreMismatch
 from tests.audit.fault_server import HoldingProxy
 from tests.erasure.conftest import coordinator, versioned_bucket
-from tests.erasure.seed import audited_platform, seed_user
+from tests.erasure.seed import audited_platform, counts, seed_user
 from tests.erasure.test_done_stores import USER, _emptied_first, _written
 from tests.erasure.test_export import exporter
 
@@ -100,20 +101,25 @@ async def test_an_erasure_reaching_another_server_s_bucket_of_the_same_name_is_r
     seeded = await seed_user(platform, written, USER, "CANARY-namesake", 1, 2)
     await platform.aclose()
     elsewhere = _bucket_at(fresh_moto, written.bucket)  # another server, a bucket of the same name, empty
+    before = await counts(engine, USER, seeded.subject_key)
 
     with pytest.raises(TranscriptStoreMismatch) as planned:
         await coordinator(engine, elsewhere).run(USER, dry_run=True)
     with pytest.raises(TranscriptStoreMismatch) as refused:
         await coordinator(engine, elsewhere).run(USER, request_id="req-namesake")
 
+    assert await counts(engine, USER, seeded.subject_key) == before  # refused before any step deleted anything
+    assert "This dry run counted nothing" in planned.value.message
+
     assert f"the S3 endpoint {fresh_moto}" in refused.value.message and s3_env in refused.value.message
     assert refused.value.hint is not None and refused.value.hint.startswith(
         f"run erase with AWS_ENDPOINT_URL_S3={s3_env} and the same --request-id req-namesake")
-    assert "carries no mark of this database's writers there" in refused.value.message
+    assert f"carries no mark of this database's writers at {s3_env}" in refused.value.message
     assert planned.value.hint is not None and "and the same user" in planned.value.hint  # no request to rerun
     assert await find_subject(engine, USER) == seeded.subject_key  # the request open, the mapping kept
     assert len(await written.list_keys(subject_prefix(seeded.subject_key))) == 2
-    assert not await elsewhere.marked(await database_id(engine), s3_env)  # the refusal wrote nothing there
+    ours = await database_id(engine)
+    assert not any([await elsewhere.marked(ours, at) for at in (s3_env, fresh_moto)])  # the refusal marked nothing
     done = await coordinator(engine, written).run(USER, request_id="req-namesake")
     assert done.status is RequestStatus.COMPLETED, done
     assert await written.list_keys(subject_prefix(seeded.subject_key)) == []
@@ -228,6 +234,7 @@ async def test_erasing_another_user_at_a_namesake_leaves_it_unmarked_for_the_use
     for n, user in enumerate(("ned@example.com", "old@example.com")):
         await coordinator(engine, elsewhere).run(user, request_id=f"req-other-{n}")
 
+    assert not await elsewhere.marked(await database_id(engine), fresh_moto)  # nor at its own endpoint
     with pytest.raises(TranscriptStoreMismatch):
         await coordinator(engine, elsewhere).run(USER, request_id="req-poisoned")
     assert len(await written.list_keys(subject_prefix(seeded.subject_key))) == 2
@@ -267,3 +274,25 @@ async def test_a_bucket_that_will_not_say_whether_it_is_marked_is_refused_naming
     assert f"{first.url} (not reachable here: " in (receipt.stores["transcripts"].detail or "")
     assert await second.list_keys(subject_prefix(subject)) == []
     await first.close()
+
+
+@pytest.mark.s3
+async def test_a_flush_reaching_another_server_s_bucket_of_the_same_name_delivers_nothing_there(
+    engine: AsyncEngine, registry: Registry, s3_env: str, fresh_moto: str
+) -> None:
+    """Delivered there, a transcript is where no erasure of the user looks: the record keeps the workers' endpoint."""
+    written = _bucket_at(s3_env, versioned_bucket())
+    platform = audited_platform(engine, registry, written)
+    seeded = await seed_user(platform, written, USER, "CANARY-flushed", 1, 1)  # leaves a transcript queued
+    await platform.aclose()
+    elsewhere = _bucket_at(fresh_moto, written.bucket)
+
+    report = await outbox.flush(engine, elsewhere)
+
+    assert (report.delivered, report.remaining) == (0, await outbox.pending(engine)) and report.remaining >= 1
+    assert report.last_error is not None and "may be another server's bucket" in report.last_error
+    assert report.last_hint == f"run `teamstore transcripts flush` with AWS_ENDPOINT_URL_S3={s3_env}"
+    assert await elsewhere.list_keys(subject_prefix(seeded.subject_key)) == []
+    assert (await outbox.flush(engine, written)).delivered >= 1  # at the workers' endpoint it goes
+    await written.close()
+    await elsewhere.close()

@@ -88,7 +88,7 @@ async def unmarked_elsewhere(store: TranscriptStore, engine: AsyncEngine, record
     found = await marks.marked(await database_id(engine), recorded)
     if found is None:
         return Elsewhere(here, "would not say whether it carries this database's mark (access denied)")
-    return None if found else Elsewhere(here, "carries no mark of this database's writers there")
+    return None if found else Elsewhere(here, f"carries no mark of this database's writers at {_at(recorded)}")
 
 
 async def check_here(store: TranscriptStore, engine: AsyncEngine, *, doing: str, make: bool = False) -> None:
@@ -136,6 +136,11 @@ async def check_here(store: TranscriptStore, engine: AsyncEngine, *, doing: str,
 def endpoint_setting(endpoint: str | None) -> str:
     """The setting that makes a pass's S3 client talk to ``endpoint`` (as recorded, ``"aws"`` for AWS's own)."""
     return "AWS_ENDPOINT_URL_S3 unset" if endpoint in (None, AWS_OWN) else f"AWS_ENDPOINT_URL_S3={endpoint}"
+
+
+def _at(endpoint: str) -> str:
+    """``endpoint`` (as recorded) as "at ..." ends."""
+    return "AWS's own S3" if endpoint == AWS_OWN else endpoint
 
 
 def described(endpoint: str | None) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import shlex
+from contextlib import suppress
 from datetime import timedelta
 
 from sqlalchemy import func, select
@@ -39,7 +40,7 @@ from teamstore.db.engine import describe_failure
 from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
 from teamstore.erasure.record import load_parts, record_part, replace_parts
 from teamstore.erasure.steps.base import StepContext
-from teamstore.errors import StoreUnavailable, TeamstoreError, TranscriptStoreMismatch
+from teamstore.errors import StoreUnavailable, TeamstoreError, TranscriptStoreMismatch, TranscriptUnavailable
 from teamstore.state.schema import store_settings
 
 log = logging.getLogger(__name__)
@@ -177,6 +178,11 @@ async def check_store(ctx: StepContext, retention_days: int) -> None:
         if await holds_any(ctx.transcripts, subject_prefix(ctx.subject_key)):
             return
         raise await mismatch(ctx, pending, f"this erasure talks to {ours}, which {_erased_or_not(recorded, ours)}")
+    if recorded.get(ours) is False:
+        # Before any step deletes anything, as for the other refusals here. A store that cannot be reached now
+        # fails the transcript step, which asks again, so the request fails to rerun rather than stays open.
+        with suppress(TranscriptUnavailable):
+            await check_same_store(ctx)
     if ours in pending and await missing_here(ctx.transcripts):
         # Listed here it would give nothing: the receipt would say no_match while the transcripts stay there.
         raise TranscriptStoreMismatch(
@@ -195,7 +201,7 @@ async def check_same_store(ctx: StepContext) -> bool:
     unless the store there carries their mark at that endpoint (``Capability.MARKS``): a proxy, or the same server
     under another host name, reaches the bucket they wrote to; another server's bucket of the same name would be
     listed, found empty and taken for emptied while the transcripts stay where they were written. Asked by the
-    transcript step before it records or lists anything.
+    check before any step runs (:func:`check_store`), and by the transcript step before it records or lists anything.
 
     Returns:
         Whether the store is reached at the endpoint recorded for it (before this pass records one): the bucket
@@ -213,13 +219,13 @@ async def check_same_store(ctx: StepContext) -> bool:
         return True
     if erased or (found := await unmarked_elsewhere(ctx.transcripts, ctx.engine, recorded)) is None:
         return False
+    stays = what_stays(ctx) if ctx.request_id else "This dry run counted nothing"
     raise TranscriptStoreMismatch(
         f"this user's transcripts were written to {ours} at {described(recorded)}; this erasure reaches a bucket of "
-        f"that name at {described(found.endpoint)}, which {found.why}: it may be another server's bucket. "
-        f"{what_stays(ctx)}",
-        hint=f"run erase with {endpoint_setting(recorded)} and {same_request(ctx)} (a bucket its writers have not "
-        "marked yet, written by a release before marks, is marked by a worker's run, a flush or an erasure there, "
-        "and then reached through any endpoint of its server)",
+        f"that name at {described(found.endpoint)}, which {found.why}: it may be another server's bucket. {stays}",
+        hint=f"run erase with {endpoint_setting(recorded)} and {same_request(ctx)} (a bucket written only by a "
+        "release before marks is marked by a worker's run, a flush or an erasure there, and then reached through "
+        "any endpoint of its server; a server that moved: docs/erasure.md)",
         stores=(ours,),
     )
 

@@ -129,12 +129,15 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def recorded_endpoint(url: str) -> str:
-    """The endpoint a client talks to, as recorded with the stores it reaches: :data:`AWS_OWN` for AWS's own, else
-    its scheme, host and port (none for the scheme's default), never a user or password the URL carries
-    (credentials come from the ``AWS_*`` variables). Never raises: a port that is no number is kept as written."""
+    """The endpoint a client talks to, as recorded with the stores it reaches: :data:`AWS_OWN` for AWS's own S3 (a
+    host of S3's under ``amazonaws.com``: ``s3.<region>``, ``s3-<region>``, a bucket's, a VPC endpoint's, an access
+    point's; not another AWS host, such as a load balancer's or an instance's in front of a MinIO), else its
+    scheme, host and port (none for the scheme's default), never a user or password the URL carries (credentials
+    come from the ``AWS_*`` variables). Never raises: a port that is no number is kept as written."""
     parts = urlsplit(url)
     host = (parts.hostname or "").lower()
-    if host == "amazonaws.com" or host.endswith((".amazonaws.com", ".amazonaws.com.cn")):
+    if host.endswith((".amazonaws.com", ".amazonaws.com.cn")) and any(
+            label == "s3" or label.startswith("s3-") for label in host.split(".")):
         return AWS_OWN
     scheme, where = parts.scheme.lower(), parts.netloc.rpartition("@")[2].lower()
     if (port := _port(parts)) is not None:
