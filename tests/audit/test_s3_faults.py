@@ -553,6 +553,11 @@ async def test_a_request_cancelled_while_the_last_runs_audit_is_written_loses_no
     # another AWS host in front of a MinIO is that MinIO: a load balancer's, an instance's
     ("http://x-123.us-east-1.elb.amazonaws.com:9000", "http://x-123.us-east-1.elb.amazonaws.com:9000"),
     ("http://ec2-54-1-2-3.compute-1.amazonaws.com:9000/", "http://ec2-54-1-2-3.compute-1.amazonaws.com:9000"),
+    ("http://s3-minio-1.us-east-1.elb.amazonaws.com:9000", "http://s3-minio-1.us-east-1.elb.amazonaws.com:9000"),
+    ("https://b--usw2-az1--x-s3.s3express-usw2-az1.us-west-2.amazonaws.com", "aws"),  # S3 Express One Zone
+    ("https://s3express-control.us-west-2.amazonaws.com", "aws"),
+    ("https://s3.dualstack.us-east-1.amazonaws.com", "aws"),
+    ("https://s3-fips.us-gov-west-1.amazonaws.com", "aws"),
     ("http://key:secret@minio:9000/", "http://minio:9000"),
     ("HTTP://MinIO:9000", "http://minio:9000"),
     ("http://[::1]:9000", "http://[::1]:9000"),

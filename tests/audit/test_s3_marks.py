@@ -77,12 +77,52 @@ def test_a_flush_marks_an_s3_store_as_this_database_s_with_nothing_queued(
     assert json.loads(flushed.stdout)["delivered"] == 0 and asyncio.run(_marked(s3_bucket))
 
 
-async def _marked(bucket: str) -> bool:
-    """Whether the default database's writers marked ``s3://bucket/teamstore``."""
+async def _marked(bucket: str, at: str | None = None) -> bool:
+    """Whether the default database's writers marked ``s3://bucket/teamstore`` (at ``at``, by default the test's
+    endpoint)."""
     engine = create_engine(Settings().resolved_database_url)
     store = S3TranscriptStore(make_client(), bucket, "teamstore")
     try:
-        return await store.marked(await database_id(engine), store.endpoint)
+        return bool(await store.marked(await database_id(engine), at or store.endpoint))
+    finally:
+        await store.close()
+        await engine.dispose()
+
+
+def test_an_operator_marks_the_bucket_reached_here_for_the_endpoint_the_records_name(
+    s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where no server answers at the recorded endpoint any more, the erasure's refusal says to run this."""
+    runner = CliRunner()
+    assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
+    folder = runner.invoke(app, ["transcripts", "mark", "--as-reached-at", "http://old-minio:9000"])
+    assert folder.exit_code == 1 and "is a folder" in folder.output  # the embedded default
+    monkeypatch.setenv("TEAMSTORE_TRANSCRIPTS_URL", f"s3://{s3_bucket}/teamstore")
+    for bad in ("old-minio:9000", "ftp://old-minio", "http://"):
+        refused = runner.invoke(app, ["transcripts", "mark", "--as-reached-at", bad], env={"COLUMNS": "300"})
+        assert refused.exit_code == 1 and "an http:// or https:// URL with a host" in refused.output
+
+    marked = runner.invoke(app, ["transcripts", "mark", "--as-reached-at", "HTTP://Old-MinIO:9000/", "--json"])
+
+    assert marked.exit_code == 0, marked.output
+    assert json.loads(marked.stdout)["marked_for"] == "http://old-minio:9000"
+    assert asyncio.run(_marked(s3_bucket, "http://old-minio:9000"))
+
+
+async def test_a_store_recorded_as_aws_before_s3_s_hosts_were_told_apart_is_taken_as_reached_by_an_aws_host(
+    s3_env: str
+) -> None:
+    """A MinIO behind an AWS load balancer was recorded as "aws" then: its workers still reach it so, and are not
+    told to unset their endpoint (nothing is asked of the bucket)."""
+    import boto3
+
+    from teamstore.audit.placement import unmarked_elsewhere
+
+    behind = boto3.client("s3", endpoint_url="http://minio-1.us-east-1.elb.amazonaws.com:9000")
+    store = S3TranscriptStore(behind, "audit", "teamstore")
+    engine = create_engine("sqlite+aiosqlite:///:memory:")
+    try:
+        assert await unmarked_elsewhere(store, engine, "aws") is None
     finally:
         await store.close()
         await engine.dispose()

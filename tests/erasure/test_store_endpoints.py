@@ -16,7 +16,6 @@ from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from config_registry import Registry
-from teamstore.audit import outbox
 from teamstore.audit.schema import subject_stores
 from teamstore.audit.subjects import find_subject, get_or_create_subject, record_store, recorded_endpoints
 from teamstore.audit.transcripts import subject_prefix
@@ -29,6 +28,7 @@ from tests.erasure.conftest import coordinator, versioned_bucket
 from tests.erasure.seed import audited_platform, counts, seed_user
 from tests.erasure.test_done_stores import USER, _emptied_first, _written
 from tests.erasure.test_export import exporter
+from tests.services import free_port
 
 
 @pytest.mark.s3
@@ -277,22 +277,22 @@ async def test_a_bucket_that_will_not_say_whether_it_is_marked_is_refused_naming
 
 
 @pytest.mark.s3
-async def test_a_flush_reaching_another_server_s_bucket_of_the_same_name_delivers_nothing_there(
-    engine: AsyncEngine, registry: Registry, s3_env: str, fresh_moto: str
+async def test_a_store_recorded_at_an_endpoint_no_server_answers_is_erased_once_an_operator_marks_it(
+    engine: AsyncEngine, s3_env: str
 ) -> None:
-    """Delivered there, a transcript is where no erasure of the user looks: the record keeps the workers' endpoint."""
+    """Workers that ran with a wrong endpoint recorded it; a flush delivered with the right one."""
     written = _bucket_at(s3_env, versioned_bucket())
-    platform = audited_platform(engine, registry, written)
-    seeded = await seed_user(platform, written, USER, "CANARY-flushed", 1, 1)  # leaves a transcript queued
-    await platform.aclose()
-    elsewhere = _bucket_at(fresh_moto, written.bucket)
+    dead = f"http://127.0.0.1:{free_port()}"
+    subject = await get_or_create_subject(engine, USER)
+    await record_store(engine, subject, written.url, endpoint=dead)
+    await written.put(f"{subject_prefix(subject)}sessions/s0/runs/r0.jsonl.gz", b"transcript")
+    with pytest.raises(TranscriptStoreMismatch) as refused:
+        await coordinator(engine, written).run(USER, request_id="req-dead")
+    assert f"`teamstore transcripts mark --as-reached-at {dead}`" in (refused.value.hint or "")
 
-    report = await outbox.flush(engine, elsewhere)
+    await written.mark(await database_id(engine), dead)  # what that command does
+    receipt = await coordinator(engine, written).run(USER, request_id="req-dead")
 
-    assert (report.delivered, report.remaining) == (0, await outbox.pending(engine)) and report.remaining >= 1
-    assert report.last_error is not None and "may be another server's bucket" in report.last_error
-    assert report.last_hint == f"run `teamstore transcripts flush` with AWS_ENDPOINT_URL_S3={s3_env}"
-    assert await elsewhere.list_keys(subject_prefix(seeded.subject_key)) == []
-    assert (await outbox.flush(engine, written)).delivered >= 1  # at the workers' endpoint it goes
+    assert receipt.status is RequestStatus.COMPLETED, receipt
+    assert await written.list_keys(subject_prefix(subject)) == []
     await written.close()
-    await elsewhere.close()

@@ -27,23 +27,17 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit import claims
 from teamstore.audit.claims import Queued
-from teamstore.audit.placement import Elsewhere, described, endpoint_setting, mark_ours, unmarked_elsewhere
+from teamstore.audit.placement import mark_ours
 from teamstore.audit.rewrites import record_rewrite
 from teamstore.audit.schema import outbox, subjects
-from teamstore.audit.subjects import record_store, recorded_endpoints
+from teamstore.audit.subjects import record_store
 from teamstore.audit.transcripts import store_endpoint
 from teamstore.audit.transcripts.base import TranscriptStore
 from teamstore.db.clock import now_utc, shared_later, shared_now, shared_now_as, utc
 from teamstore.db.engine import describe_failure
 from teamstore.db.fence import held as user_held
 from teamstore.db.statements import insert_new
-from teamstore.errors import (
-    ErasureInProgress,
-    StoreUnavailable,
-    TeamstoreError,
-    TranscriptUnavailable,
-    UploadInDoubt,
-)
+from teamstore.errors import ErasureInProgress, StoreUnavailable, TeamstoreError, UploadInDoubt
 
 log = logging.getLogger(__name__)
 RENEW_SECONDS = 10.0
@@ -269,7 +263,6 @@ async def _flush(engine: AsyncEngine, store: TranscriptStore, limit: int, late_u
     owner = claims.new_owner()
     await claims.purge_settled(engine)
     delivered, error, hint, in_doubt = 0, None, None, False
-    endpoints: dict[str | None, Elsewhere | None] = {}  # each recorded endpoint's verdict, asked once a flush
     for index in range(limit):
         row = await claims.claim_next(engine, owner, in_flight_for(late_upload_s))
         if row is None:
@@ -281,7 +274,6 @@ async def _flush(engine: AsyncEngine, store: TranscriptStore, limit: int, late_u
         # Written as of when it was queued (its run's end): its retention runs from the run, not from here.
         written_at = row.queued_at or now_utc()
         try:
-            await _check_recorded_here(engine, store, row.subject_key, endpoints)
             # Erasure must reach every store that holds some, at its endpoint.
             await record_store(engine, row.subject_key, store.url, endpoint=store_endpoint(store))
             await record_rewrite(engine, store, row.object_key, row.subject_key, written_at)
@@ -301,28 +293,6 @@ async def _flush(engine: AsyncEngine, store: TranscriptStore, limit: int, late_u
             break
     remaining, held_now, held_until, erasing = await _left(engine)
     return FlushReport(delivered, 1 if error else 0, remaining, error, held_now, held_until, in_doubt, hint, erasing)
-
-
-async def _check_recorded_here(engine: AsyncEngine, store: TranscriptStore, subject_key: str,
-                               endpoints: dict[str | None, Elsewhere | None]) -> None:
-    """Refuse to deliver into a store recorded for the subject at another endpoint than this flush reaches it at,
-    whose bucket here carries no mark of this database's writers at that one: another server's bucket of the same
-    name, where no erasure of the user would look (:func:`teamstore.audit.placement.unmarked_elsewhere`).
-
-    Raises:
-        TranscriptUnavailable: It may be another server's bucket, or could not be asked.
-        StoreUnavailable: The database could not be reached.
-    """
-    recorded = (await recorded_endpoints(engine, subject_key)).get(store.url)
-    if recorded not in endpoints:
-        endpoints[recorded] = await unmarked_elsewhere(store, engine, recorded)
-    if (found := endpoints[recorded]) is not None:
-        raise TranscriptUnavailable(
-            f"queued transcripts were written to {store.url} at {described(recorded)} before; this flush reaches a "
-            f"bucket of that name at {described(found.endpoint)}, which {found.why}: it may be another server's "
-            "bucket, where no erasure would find them; this one was not delivered there",
-            hint=f"run `teamstore transcripts flush` with {endpoint_setting(recorded)}",
-        )
 
 
 async def mark_store(engine: AsyncEngine, store: TranscriptStore) -> None:

@@ -20,12 +20,14 @@ name) from another one (:func:`teamstore.erasure.stores.check_same_store`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.transcripts import store_endpoint
 from teamstore.audit.transcripts.base import Capability, TranscriptStore
 from teamstore.audit.transcripts.capabilities import AWS_OWN, capability
+from teamstore.audit.transcripts.s3_client import aws_host
 from teamstore.db.identity import database_id
 from teamstore.errors import StorageError, TranscriptFolderElsewhere
 
@@ -85,6 +87,8 @@ async def unmarked_elsewhere(store: TranscriptStore, engine: AsyncEngine, record
     here = store_endpoint(store)
     if marks is None or recorded is None or here is None or recorded == here:
         return None
+    if recorded == AWS_OWN and aws_host((urlsplit(here).hostname or "").lower()):
+        return None  # recorded before AWS's other hosts (a load balancer in front of a MinIO) were told from S3's
     found = await marks.marked(await database_id(engine), recorded)
     if found is None:
         return Elsewhere(here, "would not say whether it carries this database's mark (access denied)")

@@ -186,6 +186,48 @@ def transcripts_show(
          render=lambda data: _render_transcripts(data, one=run is not None))
 
 
+@transcripts_app.command("mark")
+def transcripts_mark(
+    reached_at: str = typer.Option(
+        ..., "--as-reached-at",
+        help="The endpoint the records name for the bucket (an erasure's refusal says it): the S3 endpoint URL, or "
+        "'aws' for AWS's own S3.",
+    ),
+    as_json: bool = JsonOption,
+) -> None:
+    """Say that the S3 bucket these settings reach is the one this database's workers reached at another endpoint
+    (a server no longer answering there), so an erasure or export reaching it here goes on. Only for a bucket you
+    know to be that one: another server's bucket of the same name marked so would be taken for it."""
+    from urllib.parse import urlsplit
+
+    from teamstore.audit.transcripts import Capability, capability
+    from teamstore.audit.transcripts.s3_client import recorded_endpoint
+    from teamstore.db.identity import database_id
+
+    async def go(app: App) -> dict[str, Any]:
+        store = app.transcript_store
+        marks = capability(store, Capability.MARKS)
+        if marks is None:
+            raise ConfigurationError(
+                f"{store.url} is a folder: it is marked as this database's by its marker, not for an endpoint",
+                hint="run this with TEAMSTORE_TRANSCRIPTS_URL set to the s3:// store an erasure refused",
+            )
+        given = reached_at.strip()
+        if given.lower() != "aws" and (urlsplit(given).scheme not in ("http", "https") or not urlsplit(given).hostname):
+            raise ConfigurationError(
+                "--as-reached-at takes the endpoint as the records name it: an http:// or https:// URL with a host, "
+                "or 'aws' for AWS's own S3",
+                hint="copy it from the erasure's refusal (its fix says AWS_ENDPOINT_URL_S3=<endpoint>)",
+            )
+        endpoint = "aws" if given.lower() == "aws" else recorded_endpoint(given)
+        await marks.mark(await database_id(app.engine), endpoint)
+        return {"store": store.url, "marked_for": endpoint}
+
+    data = with_app(go, must_exist=True)
+    emit(data, as_json=as_json, render=lambda d: console.print(
+        f"marked {plain(d['store'])} as this database's workers' bucket at {plain(d['marked_for'])}"))
+
+
 @transcripts_app.command("flush")
 def transcripts_flush(
     make_folder: bool = typer.Option(

@@ -223,9 +223,9 @@ async def check_same_store(ctx: StepContext) -> bool:
     raise TranscriptStoreMismatch(
         f"this user's transcripts were written to {ours} at {described(recorded)}; this erasure reaches a bucket of "
         f"that name at {described(found.endpoint)}, which {found.why}: it may be another server's bucket. {stays}",
-        hint=f"run erase with {endpoint_setting(recorded)} and {same_request(ctx)} (a bucket written only by a "
-        "release before marks is marked by a worker's run, a flush or an erasure there, and then reached through "
-        "any endpoint of its server; a server that moved: docs/erasure.md)",
+        hint=f"run erase with {endpoint_setting(recorded)} and {same_request(ctx)}; if no server answers there any "
+        f"more and this bucket is the one its workers wrote to, `teamstore transcripts mark --as-reached-at "
+        f"{recorded}` says so (docs/erasure.md)",
         stores=(ours,),
     )
 

@@ -236,8 +236,9 @@ class Marks(Protocol):
     they reach it at, from their first run there, so whoever reaches it later, through any endpoint, can tell
     whether it is the store a record names (written at that endpoint)."""
 
-    async def mark(self, database_id: str) -> None:
-        """Mark the store as one ``database_id``'s writers reach at this store's endpoint, unless it is already.
+    async def mark(self, database_id: str, endpoint: str | None = None) -> None:
+        """Mark the store as one ``database_id``'s writers reach at ``endpoint`` (by default this store's), unless
+        it is already.
 
         Raises:
             TranscriptUnavailable: The store could not be reached, or refused the mark (access denied).

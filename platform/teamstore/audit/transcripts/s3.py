@@ -357,20 +357,21 @@ class S3TranscriptStore:
         )
 
     # --- marks ----------------------------------------------------------------------------------------------------
-    async def mark(self, database_id: str) -> None:
-        """Mark the store as one ``database_id``'s writers reach at this client's endpoint (:attr:`endpoint`): the
-        object ``<prefix>/.teamstore-databases/<id>/<digest of the endpoint>`` (beside ``subjects/``, which the
-        lifecycle rule expires), put only when a ``HeadObject`` finds none, so a versioned bucket gains no version
-        a worker.
+    async def mark(self, database_id: str, endpoint: str | None = None) -> None:
+        """Mark the store as one ``database_id``'s writers reach at ``endpoint`` (this client's, :attr:`endpoint`,
+        unless an operator says which): the object ``<prefix>/.teamstore-databases/<id>/<digest of the endpoint>``
+        (beside ``subjects/``, which the lifecycle rule expires), put only when a ``HeadObject`` finds none, so a
+        versioned bucket gains no version a worker.
 
         Raises:
             TranscriptUnavailable: S3 unreachable, or refusing (the worker's role needs s3:PutObject on the
                 transcript prefix, as for transcripts).
         """
-        if await self.marked(database_id, self.endpoint):
+        at = endpoint or self.endpoint
+        if await self.marked(database_id, at):
             return
-        key = _mark_key(database_id, self.endpoint)
-        body = json.dumps({"database_id": database_id, "endpoint": self.endpoint}).encode()
+        key = _mark_key(database_id, at)
+        body = json.dumps({"database_id": database_id, "endpoint": at}).encode()
         await self._call("mark", key, self.client.put_object, Bucket=self.bucket, Key=self._full(key), Body=body,
                          ContentType="application/json")
 

@@ -136,14 +136,24 @@ def recorded_endpoint(url: str) -> str:
     come from the ``AWS_*`` variables). Never raises: a port that is no number is kept as written."""
     parts = urlsplit(url)
     host = (parts.hostname or "").lower()
-    if host.endswith((".amazonaws.com", ".amazonaws.com.cn")) and any(
-            label == "s3" or label.startswith("s3-") for label in host.split(".")):
+    if aws_host(host) and not _AWS_OTHER.intersection(labels := host.split(".")) and any(
+            label == "s3" or label.startswith(("s3-", "s3express-")) for label in labels):
         return AWS_OWN
     scheme, where = parts.scheme.lower(), parts.netloc.rpartition("@")[2].lower()
     if (port := _port(parts)) is not None:
         host = f"[{host}]" if ":" in host else host
         where = host if port in (0, _DEFAULT_PORTS.get(scheme)) else f"{host}:{port}"
     return f"{scheme}://{where}{parts.path.rstrip('/')}"
+
+
+def aws_host(host: str) -> bool:
+    """Whether ``host`` (lower case) is one of AWS's, S3's or any other service's (a load balancer's, an
+    instance's): before S3's own were told apart, every one was recorded as :data:`AWS_OWN`."""
+    return host.endswith((".amazonaws.com", ".amazonaws.com.cn"))
+
+
+_AWS_OTHER = frozenset({"elb", "compute", "compute-1", "execute-api", "elasticbeanstalk", "cloudfront"})
+"""Labels of AWS hosts that are no S3 endpoint, whatever their user-chosen first label (``s3-minio.elb...``)."""
 
 
 def _port(parts: SplitResult) -> int | None:
