@@ -590,6 +590,20 @@ def test_an_export_killed_outright_is_named_as_it_starts_shown_abandoned_and_cle
     assert json.loads(closed.stdout)["detail"] == abandoned["detail"]
 
 
+def test_an_export_whose_stderr_cannot_be_written_still_exports_and_records_it(tmp_path: Path) -> None:
+    """Its start line is only a note: a full disk or a closed pipe behind stderr fails nothing."""
+    _populate("lia")
+    out = tmp_path / "out"
+    out.mkdir()
+    with open("/dev/full", "wb") as full:
+        done = subprocess.run([sys.executable, "-m", "teamstore", "export", "--user", "lia", "-o",
+                               str(out / "lia.zip"), "--json"], stdout=subprocess.PIPE, stderr=full,
+                              env=dict(os.environ), timeout=120, check=False)
+    assert done.returncode == 0 and json.loads(done.stdout)["status"] == "exported"
+    assert [p.name for p in out.iterdir()] == ["lia.zip"]
+    assert [record["status"] for record in _export_records()] == ["exported"]
+
+
 def test_export_status_refuses_an_id_teamstore_never_makes_and_names_an_unknown_one() -> None:
     _populate("lia")
     made = cli("export", "status", "lia@example.com")

@@ -14,7 +14,9 @@ import subprocess
 import sys
 import textwrap
 import zipfile
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import select, update
@@ -26,15 +28,23 @@ from teamstore.audit.prices import load_prices
 from teamstore.audit.subjects import get_or_create_subject
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.db.clock import utc
-from teamstore.errors import ExportFailed, StoreUnavailable
+from teamstore.errors import ExportFailed, ExportTargetExists, StoreUnavailable
 from teamstore.export import ExportContext, ExportCoordinator, Section, store_exporters
 from teamstore.export.archive import Writable
-from teamstore.export.requests import close_abandoned, get_export, new_export_id, open_export, renew
+from teamstore.export.requests import (
+    close_abandoned,
+    export_status,
+    get_export,
+    new_export_id,
+    open_export,
+    renew,
+)
 from teamstore.export.schema import export_requests
 from tests.erasure.test_export import exporter, loaded, unpack
 
-# Exports user gil from the migrated database argv[1] into argv[2], and dies (SIGKILL) at argv[3]: "flush",
-# the archive's first fsync (its bytes not yet on disk), or "record", as the export's outcome is recorded.
+# Exports user gil from the migrated database argv[1] into argv[2], and dies (SIGKILL) at argv[3]: "open", as its
+# record is written, "flush", the archive's first fsync (its bytes not yet on disk), or "record", as the export's
+# outcome is recorded.
 _KILLED_EXPORT = textwrap.dedent("""
     import asyncio, os, signal, sys
     from pathlib import Path
@@ -53,6 +63,8 @@ _KILLED_EXPORT = textwrap.dedent("""
 
     if sys.argv[3] == "flush":
         archive.os.fsync = die
+    elif sys.argv[3] == "open":
+        requests.open_export = die_async
     else:
         requests.finish_export = die_async
 
@@ -66,8 +78,8 @@ _KILLED_EXPORT = textwrap.dedent("""
 """)
 
 
-async def _killed_export(engine: AsyncEngine, database_url: str, target: Path, at: str) -> dict[str, object]:
-    """Run the export in a process killed at ``at``; its record as the database keeps it."""
+async def _killed_export(engine: AsyncEngine, database_url: str, target: Path, at: str) -> dict[str, object] | None:
+    """Run the export in a process killed at ``at``; its record as the database keeps it (``None``: none)."""
     await get_or_create_subject(engine, "gil")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     done = subprocess.run([sys.executable, "-c", _KILLED_EXPORT, database_url, str(target), at], env=env,
@@ -75,8 +87,17 @@ async def _killed_export(engine: AsyncEngine, database_url: str, target: Path, a
     assert done.returncode == -signal.SIGKILL, done.stderr
     async with engine.connect() as conn:
         rows = (await conn.execute(export_requests.select())).mappings().all()
-    assert len(rows) == 1
-    return dict(rows[0])
+    assert len(rows) <= 1
+    return dict(rows[0]) if rows else None
+
+
+async def test_an_export_killed_before_its_record_is_written_leaves_no_temporary_archive(
+    engine: AsyncEngine, database_url: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    assert await _killed_export(engine, database_url, out / "gil.zip", "open") is None
+    assert list(out.iterdir()) == []  # nothing no record names
 
 
 @pytest.mark.parametrize("name", ["gil.zip", "gil"])
@@ -86,7 +107,7 @@ async def test_an_export_killed_before_its_archive_is_on_disk_stays_running_besi
     out = tmp_path / "out"
     out.mkdir()
     record = await _killed_export(engine, database_url, out / name, "flush")
-    assert (record["status"], record["manifest"]) == ("running", None)
+    assert record is not None and (record["status"], record["manifest"]) == ("running", None)
     left = sorted(p.name for p in out.iterdir())
     assert len(left) == 1 and left[0].startswith(f".{name}.") and left[0].endswith(".partial"), left
 
@@ -105,6 +126,7 @@ async def test_an_export_killed_outright_is_closed_as_abandoned_by_the_next_whic
     out = tmp_path / "out"
     out.mkdir()
     record = await _killed_export(engine, database_url, out / name, "flush")
+    assert record is not None
     killed = str(record["export_id"])
     assert record["owner"] and record["lease_until"] is not None
     assert [p.name for p in out.iterdir()] == [f".{name}.{killed}.partial"]  # named by its export's id
@@ -211,7 +233,7 @@ async def test_an_export_killed_as_it_records_its_outcome_has_its_whole_archive_
     out = tmp_path / "out"
     out.mkdir()
     record = await _killed_export(engine, database_url, out / name, "record")
-    assert record["status"] == "running"
+    assert record is not None and record["status"] == "running"
     assert sorted(p.name for p in out.iterdir()) == [name]  # no temporary archive beside it
     files = unpack(out / name)
     manifest = loaded(files, "manifest.json")
@@ -260,3 +282,166 @@ async def test_an_archive_in_place_is_removed_when_its_export_cannot_be_recorded
     async with engine.connect() as conn:
         assert (await conn.execute(select(export_requests.c.status, export_requests.c.detail))).all() == [
             ("failed", "the archive: StoreUnavailable")]
+
+
+async def _closed_as_abandoned(engine: AsyncEngine) -> str:
+    """The id of an export recorded, then closed as abandoned (killed outright, its lease passed)."""
+    export_id = new_export_id()
+    await open_export(engine, export_id, None, user_id="gil", requested_by=None, operator="dpo", owner="host:1:a")
+    await _lease_passed(engine, export_id)
+    assert await close_abandoned(engine) == 1
+    return export_id
+
+
+async def test_a_killed_exports_temporary_archive_is_removed_even_once_its_target_was_taken_since(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    """Run again at once (the killed one's lease still holding), the export placed its archive at the target; the
+    next export to that target is refused, but still removes what the killed one left beside it."""
+    out = tmp_path / "out"
+    out.mkdir()
+    killed = await _closed_as_abandoned(engine)
+    partial = archive_module.partial_path(out / "gil.zip", killed)
+    partial.write_text("part of gil's data")
+    (out / "gil.zip").write_text("the archive of the export run again")
+
+    with pytest.raises(ExportTargetExists):
+        await exporter(engine, LocalTranscriptStore(tmp_path / "t")).run("gil", out / "gil.zip", operator="dpo")
+
+    assert [p.name for p in out.iterdir()] == ["gil.zip"]
+
+
+async def test_a_temporary_archive_whose_export_still_runs_is_left_and_the_export_says_so(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    await get_or_create_subject(engine, "gil")
+    out = tmp_path / "out"
+    out.mkdir()
+    running = new_export_id()
+    await open_export(engine, running, None, user_id="gil", requested_by=None, operator="dpo", owner="host:1:a")
+    partial = archive_module.partial_path(out / "gil.zip", running)
+    partial.write_text("part of gil's data")
+
+    done = await exporter(engine, LocalTranscriptStore(tmp_path / "t")).run("gil", out / "gil.zip", operator="dpo")
+
+    assert done.path == out / "gil.zip" and partial.exists()
+    (warning,) = done.warnings
+    assert f".*.{running}.partial beside the target" in warning and f"export status {running}" in warning
+    assert str(out) not in warning and "gil" not in warning
+
+
+async def test_a_target_name_as_long_as_the_filesystem_takes_is_exported_to_and_cleaned_up_beside(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    """The temporary name is the target's with the export's id: cut short where the whole would be too long."""
+    await get_or_create_subject(engine, "gil")
+    out = tmp_path / "out"
+    out.mkdir()
+    killed = await _closed_as_abandoned(engine)
+    longest = out / ("é" * 125 + "a.zip")  # 255 bytes, of characters of two
+    partial = archive_module.partial_path(longest, killed)
+    assert len(os.fsencode(partial.name)) <= 255 and partial.name.endswith(f".{killed}.partial")
+    partial.write_text("part of gil's data")
+
+    for target in (out / ("a" * 225 + ".zip"), out / ("b" * 255), longest):
+        done = await exporter(engine, LocalTranscriptStore(tmp_path / "t")).run("gil", target, operator="dpo")
+        assert done.path == target and done.matched
+
+    assert sorted(out.iterdir()) == sorted([out / ("a" * 225 + ".zip"), out / ("b" * 255), longest])
+
+
+async def test_an_export_whose_outcome_was_recorded_but_not_acknowledged_is_recorded_failed_as_its_archive_goes(
+    engine: AsyncEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commit landed, the answer did not (the connection dropped after COMMIT, the task cancelled then): the
+    archive is removed on the way out, so the record must not say `exported`."""
+    finish = export_requests_module.finish_export
+    lost: list[BaseException] = [StoreUnavailable("could not record the export's manifest", hint="check it"),
+                                 asyncio.CancelledError()]
+
+    async def unacknowledged(*args: Any, **kwargs: Any) -> None:
+        await finish(*args, **kwargs)
+        raise lost.pop(0)
+
+    monkeypatch.setattr(export_requests_module, "finish_export", unacknowledged)
+    await get_or_create_subject(engine, "gil")
+    out = tmp_path / "out"
+    out.mkdir()
+    coordinator = exporter(engine, LocalTranscriptStore(tmp_path / "t"))
+    opened: list[str] = []
+    coordinator.opened = opened.append
+    with pytest.raises(ExportFailed, match="no archive was written"):
+        await coordinator.run("gil", out / "gil.zip", operator="dpo")
+    with pytest.raises(asyncio.CancelledError):
+        await coordinator.run("gil", out / "gil", operator="dpo")
+
+    assert list(out.iterdir()) == []
+    failed, stopped = [await get_export(engine, export_id) or {} for export_id in opened]
+    assert (failed["status"], failed["detail"]) == ("failed", "the archive: StoreUnavailable")
+    assert stopped["status"] == "failed" and str(stopped["detail"]).startswith("stopped while reading the archive")
+
+
+async def test_an_export_whose_runner_cannot_be_told_its_id_is_recorded_failed_and_leaves_nothing(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    await get_or_create_subject(engine, "gil")
+    out = tmp_path / "out"
+    out.mkdir()
+    coordinator = exporter(engine, LocalTranscriptStore(tmp_path / "t"))
+
+    def unwritable(export_id: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    coordinator.opened = unwritable
+    with pytest.raises(OSError, match="No space left"):
+        await coordinator.run("gil", out / "gil.zip", operator="dpo")
+
+    assert list(out.iterdir()) == []
+    async with engine.connect() as conn:
+        assert (await conn.execute(select(export_requests.c.status, export_requests.c.detail))).all() == [
+            ("failed", "as it began: OSError")]
+
+
+class _StallsAndLosesItsArchive:
+    """An exporter whose export stalls past its lease: another export closes its record and removes its
+    temporary archive (named by its id) meanwhile."""
+
+    name = "stalls"
+
+    async def export(self, ctx: ExportContext, archive: Writable) -> Section:
+        await _Stalls().export(ctx, archive)
+        assert archive_module.remove_partial(archive.target, ctx.export_id)
+        return Section()
+
+
+async def test_an_export_whose_archive_went_with_its_abandoned_record_says_it_was_closed_as_abandoned(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    await get_or_create_subject(engine, "gil")
+    out = tmp_path / "out"
+    out.mkdir()
+    coordinator = ExportCoordinator(engine, LocalTranscriptStore(tmp_path / "t"),
+                                    [_StallsAndLosesItsArchive(), *store_exporters()], load_prices())
+
+    with pytest.raises(ExportFailed, match="was recorded as abandoned while it ran"):
+        await coordinator.run("gil", out / "gil", operator="dpo")
+
+    assert list(out.iterdir()) == []
+
+
+async def test_a_record_with_no_lease_is_abandoned_a_day_after_it_began(engine: AsyncEngine) -> None:
+    """As an earlier release's export still running through an upgrade writes it."""
+    old, recent = new_export_id(), new_export_id()
+    for export_id, began in ((old, datetime.now(UTC) - timedelta(days=2)), (recent, datetime.now(UTC))):
+        await open_export(engine, export_id, None, user_id="gil", requested_by=None, operator="dpo", owner="h:1:a")
+        async with engine.begin() as conn:
+            await conn.execute(update(export_requests).where(export_requests.c.export_id == export_id)
+                               .values(lease_until=None, owner=None, started_at=began))
+
+    shown = await export_status(engine, old)
+    assert shown["status"] == "abandoned" and shown["finished_at"] == utc(shown["started_at"]) + timedelta(days=1)
+    assert (await export_status(engine, recent))["status"] == "running"
+    assert await close_abandoned(engine) == 1
+    closed = await get_export(engine, old) or {}
+    assert closed["status"] == "failed" and utc(closed["finished_at"]) == shown["finished_at"]
+    assert (await get_export(engine, recent) or {})["status"] == "running"

@@ -12,6 +12,7 @@ error, and no archive was left; 130 (143 on SIGTERM, 129 on SIGHUP): stopped, an
 
 from __future__ import annotations
 
+from contextlib import suppress
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -102,6 +103,8 @@ def _export(user: str, output: str | None, requested_by: str | None, operator: s
             done = finished[0]
     data = {"path": str(done.path) if done.path else None, **done.manifest.model_dump(mode="json")}
     emit(data, as_json=as_json, render=lambda _: _render(done))
+    for warning in done.warnings:
+        _say(f"[yellow]warning[/]: {plain(warning)}")
     if not done.matched:
         err_console.print("[bold]no match[/]: no store holds anything for this user id (never stored, or erased: "
                           "a finished erasure forgets the id); no archive was written")
@@ -114,7 +117,14 @@ def _export(user: str, output: str | None, requested_by: str | None, operator: s
 def _say_opened(export_id: str) -> None:
     """Name the export on stderr as it starts (``--json`` keeps stdout to the manifest): one killed outright
     (SIGKILL, out of memory) prints nothing after this, and its record and temporary archive go by this id."""
-    err_console.print(f"[dim]export {export_id}: started[/]")
+    _say(f"[dim]export {export_id}: started[/]")
+
+
+def _say(text: str) -> None:
+    """Print ``text`` on stderr if it can be: a full disk or a closed pipe there must not fail the export, which
+    ran without these lines before they were printed (its outcome is on stdout and in its record)."""
+    with suppress(OSError):
+        err_console.print(text)
 
 
 def _stopped(stop: Stop) -> NoReturn:

@@ -10,7 +10,8 @@
         index.write_line(b"...")
     archive.commit()                                # or archive.abort(): nothing is left
 
-Files are written under a temporary name beside the target (``.alice.zip.<export id>.partial``), created
+Files are written under a temporary name beside the target (``.alice.zip.<export id>.partial``, the target's
+name cut short when the whole would be longer than its folder allows: :func:`partial_path`), created
 owner-only (``0600``; folders ``0700``), and moved to the target only once every store has been read and
 the manifest written: a failed export leaves nothing, never a partial archive that looks complete. The
 target is never overwritten. A commit puts every byte on disk (the files, then the folder that holds the
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import hashlib
 import os
 import secrets
@@ -367,6 +369,19 @@ def open_archive(target: Path, keep_out: Sequence[Path] = (), tag: str | None = 
         ExportTargetInStore: ``target`` is inside one of ``keep_out`` (symlinks followed).
         ExportFailed: Its folder does not exist or cannot be written.
     """
+    check_target(target, keep_out)
+    tag = tag or secrets.token_hex(4)
+    return ZipArchive(target, tag) if target.suffix.lower() == ".zip" else FolderArchive(target, tag)
+
+
+def check_target(target: Path, keep_out: Sequence[Path] = ()) -> None:
+    """Refuse ``target`` as :func:`open_archive` would, creating nothing.
+
+    Raises:
+        ExportTargetExists: ``target`` exists.
+        ExportTargetInStore: ``target`` is inside one of ``keep_out``.
+        ExportFailed: Its folder does not exist or cannot be entered.
+    """
     try:
         _outside(target, keep_out)
         if _is_taken(target):
@@ -376,13 +391,33 @@ def open_archive(target: Path, keep_out: Sequence[Path] = (), tag: str | None = 
             raise ExportFailed(f"{target.parent} {what}", hint="give --output a path in an existing folder")
     except OSError as exc:  # a name too long, a folder this user may not enter
         raise _unwritable(target, exc) from exc
-    tag = tag or secrets.token_hex(4)
-    return ZipArchive(target, tag) if target.suffix.lower() == ".zip" else FolderArchive(target, tag)
 
 
 def partial_path(target: Path, tag: str) -> Path:
-    """Where the archive for ``target`` is written until it is committed: ``.<name>.<tag>.partial`` beside it."""
-    return target.with_name(f".{target.name}.{tag}.partial")
+    """Where the archive for ``target`` is written until it is committed: ``.<name>.<tag>.partial`` beside it,
+    ``<name>`` cut short (by whole characters) when the whole would pass the longest name its folder takes, so
+    that any target name the filesystem takes can be exported to; the tag is kept whole: it names the export."""
+    ending = f".{tag}.partial"
+    room = _name_max(target.parent) - 1 - len(os.fsencode(ending))
+    name = target.name[:room]
+    while len(os.fsencode(name)) > room:  # a name of characters longer than a byte in the encoding
+        name = name[:-1]
+    return target.with_name(f".{name}{ending}")
+
+
+def partial_tags(target: Path, like: str) -> list[str]:
+    """The tags of the temporary archives beside ``target`` (:func:`partial_path`) whose tags are as long as
+    ``like`` (theirs cut the target's name alike)."""
+    stem = partial_path(target, like).name[:-len(f".{like}.partial")]
+    pattern = f"{glob.escape(stem)}.{'?' * len(like)}.partial"
+    return [path.name[len(stem) + 1:-len(".partial")] for path in target.parent.glob(pattern)]
+
+
+def _name_max(folder: Path) -> int:
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):  # a folder not there (refused later, saying so), a system without the limit
+        return 255
 
 
 def remove_partial(target: Path, tag: str) -> bool:

@@ -18,14 +18,14 @@ id no store holds anything for (never stored, or erased) gets no archive: its ma
 midway (Ctrl-C, the CLI's SIGTERM or SIGHUP, its task cancelled) removes the archive too and records
 ``failed``, saying where it stopped. A process killed outright (SIGKILL, out of memory, a crash, a host lost)
 stops renewing its record's lease: the next export closes that record as ``failed``, abandoned, and removes the
-temporary archive it left beside the same target (named by its export id: ``.<name>.<export id>.partial``).
-``opened`` is told the export's id as soon as it is recorded, so that one killed can be named.
+temporary archive it left beside the same target (named by its export id: ``.<name>.<export id>.partial``). The
+record is written, and ``opened`` told the export's id, before the temporary archive is made, so that whatever a
+killed export leaves can be named.
 """
 
 from __future__ import annotations
 
 import asyncio
-import glob
 import logging
 import os
 import socket
@@ -45,7 +45,7 @@ from teamstore.audit.transcripts.base import TranscriptStore
 from teamstore.db.identity import log_name_key
 from teamstore.errors import ExportError, ExportFailed, StoreUnavailable, TeamstoreError
 from teamstore.export import requests
-from teamstore.export.archive import Writable, open_archive, remove_partial
+from teamstore.export.archive import Writable, check_target, open_archive, partial_tags, remove_partial
 from teamstore.export.base import ExportContext, Exporter, FileEntry, Section
 from teamstore.export.database import (
     DataKeyRows,
@@ -104,11 +104,13 @@ class Manifest(BaseModel):
 
 
 class Exported(BaseModel):
-    """What ``run`` hands back: the manifest and where the archive is."""
+    """What ``run`` hands back: the manifest, where the archive is, and what its runner should know."""
 
     manifest: Manifest
     path: Path | None
     """The archive; ``None`` when no store held anything (no archive is written)."""
+    warnings: list[str] = Field(default_factory=list)
+    """What was found beside the target and left there (another export's temporary archive, still running)."""
 
     @property
     def matched(self) -> bool:
@@ -139,6 +141,8 @@ class ExportCoordinator:
         self.lease_seconds = lease_seconds
         self.opened: Callable[[str], None] | None = None
         """Told each export's id once its record is written (the CLI prints it: a killed export can be named)."""
+        # Which process holds its exports' leases (and alone may record how they ended).
+        self._owner = f"{socket.gethostname()[:24]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._log_key = ""  # read as a run begins: it keys how log lines name an export
 
     async def run(self, user_id: str, output: Path | None = None, *, requested_by: str | None = None,
@@ -154,7 +158,8 @@ class ExportCoordinator:
             operator: Who runs the export; ``TEAMSTORE_OPERATOR``, else the OS user, when omitted.
 
         Returns:
-            The manifest and the archive's path (``None``, and ``matched`` False, when no store held anything).
+            The manifest, the archive's path (``None``, and ``matched`` False, when no store held anything), and
+            what was left beside the target (another export's temporary archive, still running).
 
         Raises:
             InvalidIdentifier: The user id, requested_by or operator cannot be used, or requested_by names the
@@ -171,55 +176,81 @@ class ExportCoordinator:
         await check_stored_if_unusable(self.engine, user_id)  # before a record or an archive is begun
         self._log_key = self._log_key or await log_name_key(self.engine)  # read while the database answers
         export_id = requests.new_export_id()
-        await requests.close_abandoned(self.engine)
         target = output or Path(f"teamstore-export-{export_id}.zip")
-        archive = open_archive(target, self.keep_out, export_id)
-        owner = f"{socket.gethostname()[:24]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        warnings = await self._clear_beside(target, export_id)
+        found = await lookup_subject(self.engine, user_id)
+        subject = found.key if found is not None else None
+        started = await self._open_record(export_id, subject, user_id, (ran_by, requested_by))
+        # Made once the record is written, which names it: a kill from here on leaves both, found by the same id.
+        async with self._failure_recorded(export_id, "the archive", "as it began"):
+            archive = open_archive(target, self.keep_out, export_id)
         finished = False
         try:
-            await self._remove_abandoned_partials(target)
-            found = await lookup_subject(self.engine, user_id)
-            subject = found.key if found is not None else None
-            started = await self._open_record(export_id, subject, user_id, (ran_by, requested_by, owner))
-            secret = found.session_secret if found is not None else None
-            ctx = ExportContext(self.engine, self.transcripts, user_id, subject, secret, self.prices, export_id,
-                                self.keys)
-            async with self._keeping_lease(export_id, owner):
-                manifest = await self._write(ctx, archive, started, (ran_by, requested_by, owner))
+            ctx = ExportContext(self.engine, self.transcripts, user_id, subject,
+                                found.session_secret if found is not None else None, self.prices, export_id, self.keys)
+            async with self._keeping_lease(export_id) as lost:
+                manifest = await self._write(ctx, archive, started, (ran_by, requested_by), lost)
             finished = True
         finally:
             if not finished:
                 archive.abort()
-        return Exported(manifest=manifest, path=archive.target if manifest.status == "exported" else None)
+        return Exported(manifest=manifest, path=archive.target if manifest.status == "exported" else None,
+                        warnings=warnings)
+
+    async def _clear_beside(self, target: Path, export_id: str) -> list[str]:
+        """Close the abandoned records, remove what they left beside ``target``, then refuse a target that cannot
+        be used; what the export's runner should know of what was left there. The clean-up comes first: the
+        target an export killed outright was given may be taken since (by the export run again at once)."""
+        await requests.close_abandoned(self.engine)
+        warnings = await self._remove_abandoned_partials(target, export_id)
+        check_target(target, self.keep_out)
+        return warnings
 
     async def _open_record(self, export_id: str, subject: str | None, user_id: str,
-                           people: tuple[str, str | None, str]) -> datetime:
+                           people: tuple[str, str | None]) -> datetime:
         """Record that the export starts, under its lease, and tell :attr:`opened` its id; when it started.
-        ``people`` is who runs it, who asked for it, and the process that holds its lease."""
+        ``people`` is who runs it and who asked for it. A failure from then on is recorded."""
         try:
             started = await requests.open_export(self.engine, export_id, subject, user_id=user_id,
-                                                 requested_by=people[1], operator=people[0], owner=people[2],
+                                                 requested_by=people[1], operator=people[0], owner=self._owner,
                                                  lease_seconds=self.lease_seconds)
         except _STOPS:  # the record may have been written just before the stop
             await self._stopped(export_id, "as it began")
             raise
         if self.opened is not None:
-            self.opened(export_id)
+            async with self._failure_recorded(export_id, "as it began", "as it began"):
+                self.opened(export_id)
         return started
 
-    async def _write(self, ctx: ExportContext, archive: Writable, started: datetime,
-                     people: tuple[str, str | None, str]) -> Manifest:
+    @asynccontextmanager
+    async def _failure_recorded(self, export_id: str, where: str, stopped: str) -> AsyncIterator[None]:
+        """Record a failure in the block as the export's, ``where`` it came, and a stop as ``stopped`` there (the
+        error raised as it is), so that its record does not say ``running`` until its lease passes, as if killed."""
+        try:
+            yield
+        except _STOPS:
+            await self._stopped(export_id, stopped)
+            raise
+        except Exception as exc:
+            await self._record_failure(export_id, f"{where}: {type(exc).__name__}")
+            raise
+
+    async def _write(self, ctx: ExportContext, archive: Writable, started: datetime, people: tuple[str, str | None],
+                     lost: asyncio.Event) -> Manifest:
         """Every store, then the manifest, then the archive moved into place, then the record; a failure is
-        recorded (and removes an archive placed, by the caller's abort). ``people`` is who runs the export, who
-        asked for it, and the process that holds its lease."""
+        recorded (and removes an archive placed, by the caller's abort). ``people`` is who runs the export and who
+        asked for it; ``lost`` is set once its lease is (its record closed as abandoned: it stops at the next
+        store)."""
         store = "the archive"
         try:
             stores: dict[str, Section] = {}
             for exporter in self.exporters:
                 store = exporter.name
+                if lost.is_set():
+                    raise requests.abandoned_while_running(ctx.export_id)
                 stores[store] = await exporter.export(ctx, archive)
             store = "the archive"
-            manifest = await self._manifest(ctx, stores, archive, started, people[:2])
+            manifest = await self._manifest(ctx, stores, archive, started, people)
             if manifest.status == "exported":
                 # On disk and in place before the record says so: a process killed before the record is written
                 # leaves it `running`, where the documented clean-up looks (an abort after this removes it).
@@ -227,12 +258,13 @@ class ExportCoordinator:
             else:
                 archive.abort()
             await requests.finish_export(ctx.engine, ctx.export_id, manifest.status, manifest.model_dump(mode="json"),
-                                         owner=people[2])
+                                         owner=self._owner)
         except _STOPS:
             await self._stopped(ctx.export_id, f"while reading {store}")
             raise
         except TeamstoreError as exc:
-            await self._failed(ctx.export_id, store, exc)
+            if not await self._failed(ctx.export_id, store, exc):  # closed meanwhile: what failed came of that
+                raise requests.abandoned_while_running(ctx.export_id) from exc
             if isinstance(exc, ExportError):
                 raise
             raise ExportFailed(
@@ -245,39 +277,46 @@ class ExportCoordinator:
         return manifest
 
     @asynccontextmanager
-    async def _keeping_lease(self, export_id: str, owner: str) -> AsyncIterator[None]:
+    async def _keeping_lease(self, export_id: str) -> AsyncIterator[asyncio.Event]:
         """Renew the record's lease every third of its length while the body runs, as the erasure's coordinator
-        does: a record whose lease has passed is taken for an export killed outright, and closed."""
-        keeper = asyncio.create_task(self._keep_lease(export_id, owner))
+        does: a record whose lease has passed is taken for an export killed outright, and closed. The event
+        yielded is set once a renewal finds the record closed so."""
+        lost = asyncio.Event()
+        keeper = asyncio.create_task(self._keep_lease(export_id, lost))
         try:
-            yield
+            yield lost
         finally:
             keeper.cancel()
             with suppress(asyncio.CancelledError):
                 await keeper
 
-    async def _keep_lease(self, export_id: str, owner: str) -> None:
+    async def _keep_lease(self, export_id: str, lost: asyncio.Event) -> None:
         while True:
             await asyncio.sleep(self.lease_seconds / 3)
             try:
-                if not await requests.renew(self.engine, export_id, owner, self.lease_seconds):
+                if not await requests.renew(self.engine, export_id, self._owner, self.lease_seconds):
                     log.error("export %s: its record was closed as abandoned", log_name(export_id, self._log_key))
-                    return  # recording its outcome fails, and its archive is removed
+                    lost.set()  # the export stops at its next store, and its archive is removed
+                    return
             except StoreUnavailable as exc:  # the exporters meet the same database and fail with their own error
                 log.warning("export %s: could not renew its lease; retrying: %s", log_name(export_id, self._log_key),
                             exc.message)
 
-    async def _remove_abandoned_partials(self, target: Path) -> None:
+    async def _remove_abandoned_partials(self, target: Path, like: str) -> list[str]:
         """Remove the temporary archives that exports killed outright left beside ``target``: only those named
         ``.<name>.<export id>.partial`` whose record says it was abandoned (teamstore made them; it never removes
-        a file it did not)."""
-        pattern = f".{glob.escape(target.name)}.ex-*.partial"
-        tags = [path.name[len(target.name) + 2:-len(".partial")] for path in target.parent.glob(pattern)]
-        for export_id in await requests.closed_as_abandoned(self.engine, [t for t in tags if
-                                                                          requests.made_export_id(t)]):
+        a file it did not). One whose export is still running (its lease holds) is left, and said (``like`` is an
+        export id: the temporary names of all are cut alike)."""
+        tags = [tag for tag in partial_tags(target, like) if requests.made_export_id(tag)]
+        closed, running = await requests.abandoned_or_running(self.engine, tags)
+        for export_id in closed:
             if remove_partial(target, export_id):
                 log.warning("export %s: removed the temporary archive of an export killed outright",
                             log_name(export_id, self._log_key))
+        return [f"{requests.partial_name(export_id)} beside the target is the temporary archive of export "
+                f"{export_id}, still running (its lease holds): it is left there; if that export was killed, the "
+                f"next export to this target removes it once its lease passes (`teamstore export status "
+                f"{export_id}` says when)" for export_id in sorted(running)]
 
     @staticmethod
     async def _manifest(ctx: ExportContext, stores: dict[str, Section], archive: Writable, started: datetime,
@@ -298,12 +337,12 @@ class ExportCoordinator:
             archive.add_json(MANIFEST, manifest.model_dump(mode="json"))
         return manifest
 
-    async def _failed(self, export_id: str, store: str, exc: TeamstoreError) -> None:
+    async def _failed(self, export_id: str, store: str, exc: TeamstoreError) -> bool:
         """Record where the export failed and the error's type, never its message: that names the archive's
         path (which often names the user) or an object key (which names the subject), and the record outlives
         the user's erasure. The message reaches whoever ran the export, with the error raised. A database
-        that is gone too is only logged."""
-        await self._record_failure(export_id, f"{store}: {type(exc).__name__}")
+        that is gone too is only logged. Whether the record was not closed as abandoned already."""
+        return await self._record_failure(export_id, f"{store}: {type(exc).__name__}")
 
     async def _stopped(self, export_id: str, where: str) -> None:
         """Record that the export was stopped ``where`` (``while reading transcripts``), so its record does not
@@ -311,9 +350,12 @@ class ExportCoordinator:
         await self._record_failure(export_id, f"stopped {where} (Ctrl-C, SIGTERM or SIGHUP, or its task was "
                                               "cancelled): no archive was left; export again")
 
-    async def _record_failure(self, export_id: str, detail: str) -> None:
+    async def _record_failure(self, export_id: str, detail: str) -> bool:
+        """Record the export's failure, over an outcome this process recorded (its acknowledgement lost, and its
+        archive about to be removed); False when its record was closed as abandoned instead."""
         try:
-            await requests.fail_export(self.engine, export_id, detail)
+            return await requests.fail_export(self.engine, export_id, detail, owner=self._owner)
         except StoreUnavailable as recording:
             log.warning("export %s: could not record its failure: %s", log_name(export_id, self._log_key),
                         recording.message)
+            return True

@@ -13,7 +13,9 @@ A record holds the pseudonymous subject key, never the raw user id nor the archi
 where it stopped. One killed outright (SIGKILL, a crash, a host lost) stops renewing its lease: its record says
 ``running`` until its lease has passed, then reads as abandoned (:func:`abandoned`), and the next export closes it
 as ``failed`` (:func:`close_abandoned`). Leases are written and compared on the database's clock, as the erasure's
-are: a live export renews its own long before it passes, and a record closed is never finished afterwards.
+are: a live export renews its own long before it passes, and a record closed is never finished afterwards. A record
+with no lease (written before migration 0031, or by an earlier release's export still running through an upgrade)
+is taken for alive until :data:`NO_LEASE` after it began, as the migration sets the lease of those it finds.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, DateTime, String, and_, case, insert, literal, select, update
+from sqlalchemy import ColumnElement, DateTime, String, and_, case, insert, literal, or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -39,6 +41,8 @@ from teamstore.export.schema import export_requests
 RUNNING, EXPORTED, NO_MATCH, FAILED = "running", "exported", "no_match", "failed"
 LEASE_SECONDS = 120.0
 """How long an export is taken for alive after it last renewed its lease (it renews every third of this)."""
+NO_LEASE = timedelta(days=1)
+"""How long after it began a record with no lease is taken for alive (the retention sweep's bound on exports)."""
 ABANDONED = "abandoned"
 """How the ``detail`` of a record closed by :func:`close_abandoned` begins."""
 
@@ -55,7 +59,15 @@ def abandoned_detail(export_id: str) -> str:
     return (f"{ABANDONED}: the export stopped renewing its lease, killed outright (SIGKILL, out of memory, a crash, "
             f"its host lost); its temporary archive, if it left one, is {partial_name(export_id)} beside the "
             "target it was given, holding part of the user's data readable: delete it (the next export to the "
-            "same target does), and export again")
+            "same target does, whether or not that target exists by then), and export again")
+
+
+def abandoned_while_running(export_id: str) -> ExportFailed:
+    """The failure of an export whose own record was closed as abandoned while it ran (:func:`close_abandoned`)."""
+    return ExportFailed(
+        f"the export {export_id} was recorded as abandoned while it ran: it did not renew its lease in time "
+        "(the process paused or starved, the database out of reach), and another export closed its record",
+        hint="export again; if the machine is this slow, look into why first")
 
 
 def new_export_id() -> str:
@@ -132,24 +144,28 @@ async def finish_export(engine: AsyncEngine, export_id: str, status: str, manife
                 e.export_id == export_id, e.status == RUNNING, e.owner == owner, linked).values(
                 status=status, manifest=written, finished_at=now))).rowcount
     if not finished:
-        raise ExportFailed(
-            f"the export {export_id} was recorded as abandoned while it ran: it did not renew its lease in time "
-            "(the process paused or starved, the database out of reach), and another export closed its record",
-            hint="export again; if the machine is this slow, look into why first")
+        raise abandoned_while_running(export_id)
 
 
-async def fail_export(engine: AsyncEngine, export_id: str, detail: str) -> None:
+async def fail_export(engine: AsyncEngine, export_id: str, detail: str, *, owner: str | None = None) -> bool:
     """Record that the export failed or was stopped, and why: ``detail`` is fixed text (where, and the error's
     type), never an error's message, which may name the archive's path or an object key; the record outlives
-    the user's erasure. A record closed already (as abandoned) keeps what it says.
+    the user's erasure. Whether it was recorded: a record closed as abandoned keeps what it says. One its
+    ``owner`` finished (``exported``, ``no_match``) is failed all the same: the outcome was committed but its
+    acknowledgement lost (the connection dropped after the commit, the task cancelled then), and the archive is
+    removed on the way out.
 
     Raises:
         StoreUnavailable: The database could not be reached.
     """
     e = export_requests.c
+    ours = e.status == RUNNING
+    if owner is not None:
+        ours = or_(ours, and_(e.owner == owner, e.status.in_((EXPORTED, NO_MATCH))))
     async with _db(engine, "record the export's failure") as conn:
-        await conn.execute(update(export_requests).where(e.export_id == export_id, e.status == RUNNING).values(
+        failed = await conn.execute(update(export_requests).where(e.export_id == export_id, ours).values(
             status=FAILED, detail=detail[:2000], finished_at=datetime.now(UTC)))
+    return bool(failed.rowcount)
 
 
 async def renew(engine: AsyncEngine, export_id: str, owner: str, lease_seconds: float = LEASE_SECONDS) -> bool:
@@ -168,9 +184,16 @@ async def renew(engine: AsyncEngine, export_id: str, owner: str, lease_seconds: 
 
 
 def abandoned(dialect: str) -> ColumnElement[bool]:
-    """A record ``running`` whose lease has passed (on the database's clock): its export was killed outright."""
+    """A record ``running`` whose lease has passed (on the database's clock): its export was killed outright. One
+    with no lease passes :data:`NO_LEASE` after it began."""
     e = export_requests.c
-    return and_(e.status == RUNNING, e.lease_until < shared_now(dialect))
+    return and_(e.status == RUNNING, or_(e.lease_until < shared_now(dialect), and_(
+        e.lease_until.is_(None), e.started_at < shared_later(dialect, -NO_LEASE))))
+
+
+def _lease_end(lease_until: datetime | None, started_at: datetime) -> datetime:
+    """When a record's lease ends (a record with no lease: :data:`NO_LEASE` after it began)."""
+    return utc(lease_until) or (utc(started_at) or started_at) + NO_LEASE
 
 
 async def close_abandoned(engine: AsyncEngine) -> int:
@@ -182,29 +205,31 @@ async def close_abandoned(engine: AsyncEngine) -> int:
         StoreUnavailable: The database could not be reached.
     """
     e = export_requests.c
+    query = select(e.export_id, e.lease_until, e.started_at).where(abandoned(engine.dialect.name))
     async with _db(engine, "close the exports killed outright") as conn:
-        found = (await conn.execute(select(e.export_id).where(abandoned(engine.dialect.name)))).scalars().all()
         closed = 0
-        for export_id in found:  # one by one: the detail names each export's id
+        for export_id, lease_until, started_at in (await conn.execute(query)).all():  # the detail names each id
             closed += (await conn.execute(update(export_requests).where(
                 e.export_id == export_id, abandoned(engine.dialect.name)).values(
-                status=FAILED, detail=abandoned_detail(export_id), finished_at=e.lease_until))).rowcount
+                status=FAILED, detail=abandoned_detail(export_id),
+                finished_at=_lease_end(lease_until, started_at)))).rowcount
     return closed
 
 
-async def closed_as_abandoned(engine: AsyncEngine, export_ids: Sequence[str]) -> set[str]:
-    """Those of ``export_ids`` whose record :func:`close_abandoned` closed.
+async def abandoned_or_running(engine: AsyncEngine, export_ids: Sequence[str]) -> tuple[set[str], set[str]]:
+    """Of ``export_ids``, those whose record :func:`close_abandoned` closed, and those still ``running``.
 
     Raises:
         StoreUnavailable: The database could not be reached.
     """
     if not export_ids:
-        return set()
+        return set(), set()
     e = export_requests.c
+    closed = and_(e.status == FAILED, e.detail.startswith(f"{ABANDONED}:"))
     async with _db(engine, "read the exports killed outright") as conn:
-        found = await conn.execute(select(e.export_id).where(
-            e.export_id.in_(export_ids), e.status == FAILED, e.detail.startswith(f"{ABANDONED}:")))
-    return set(found.scalars().all())
+        found = (await conn.execute(select(e.export_id, closed.label("closed")).where(
+            e.export_id.in_(export_ids), or_(closed, e.status == RUNNING)))).all()
+    return {i for i, was in found if was}, {i for i, was in found if not was}
 
 
 async def get_export(engine: AsyncEngine, export_id: str) -> dict[str, Any] | None:
@@ -244,7 +269,8 @@ async def export_status(engine: AsyncEngine, export_id: str) -> dict[str, Any]:
                              hint="check the id; a record is written as the export starts, once its id is printed")
     shown = {name: found[name] for name in _SHOWN} | {"lease_until": utc(found["lease_until"])}
     if found["abandoned"]:
-        shown |= {"status": ABANDONED, "finished_at": shown["lease_until"], "detail": abandoned_detail(export_id)}
+        shown |= {"status": ABANDONED, "finished_at": _lease_end(found["lease_until"], found["started_at"]),
+                  "detail": abandoned_detail(export_id)}
     return shown | {"started_at": utc(found["started_at"]), "finished_at": utc(shown["finished_at"])}
 
 
