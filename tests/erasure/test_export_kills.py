@@ -445,3 +445,44 @@ async def test_a_record_with_no_lease_is_abandoned_a_day_after_it_began(engine: 
     closed = await get_export(engine, old) or {}
     assert closed["status"] == "failed" and utc(closed["finished_at"]) == shown["finished_at"]
     assert (await get_export(engine, recent) or {})["status"] == "running"
+
+
+async def test_an_export_stops_at_its_next_store_once_a_renewal_finds_its_record_closed_as_abandoned(
+    engine: AsyncEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refused: list[str] = []
+    renew_as_it_is = export_requests_module.renew
+
+    async def noted(*args: Any, **kwargs: Any) -> bool:
+        renewed = await renew_as_it_is(*args, **kwargs)
+        refused.extend([] if renewed else [args[1]])
+        return renewed
+
+    class StallsUntilItsRenewalIsRefused:
+        name = "stalls"
+
+        async def export(self, ctx: ExportContext, archive: Writable) -> Section:
+            await _Stalls().export(ctx, archive)
+            for _ in range(600):
+                if refused:
+                    return Section()
+                await asyncio.sleep(0.05)
+            raise AssertionError("no renewal was refused")
+
+    class Next:
+        name = "next"
+        reached = False
+
+        async def export(self, ctx: ExportContext, archive: Writable) -> Section:
+            Next.reached = True
+            return Section()
+
+    monkeypatch.setattr(export_requests_module, "renew", noted)
+    await get_or_create_subject(engine, "gil")
+    coordinator = ExportCoordinator(engine, LocalTranscriptStore(tmp_path / "t"),
+                                    [StallsUntilItsRenewalIsRefused(), Next()], load_prices(), lease_seconds=0.3)
+
+    with pytest.raises(ExportFailed, match="was recorded as abandoned while it ran"):
+        await coordinator.run("gil", tmp_path / "gil.zip", operator="dpo")
+
+    assert not Next.reached and list(tmp_path.glob("*gil.zip*")) == []
