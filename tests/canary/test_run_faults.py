@@ -103,8 +103,9 @@ def test_an_interrupted_runs_checkpoint_is_sealed_in_the_session_row_and_erasure
     assert not after, report(after)
 
 
-async def _queue_while_s3_refuses(deployment: Deployment, monkeypatch: pytest.MonkeyPatch, *users: User) -> None:
-    """Run each user's sessions while S3 refuses every upload: each transcript waits in the outbox."""
+async def _queue_while_s3_refuses(deployment: Deployment, monkeypatch: pytest.MonkeyPatch, *users: User) -> str:
+    """Run each user's sessions while S3 refuses every upload: each transcript waits in the outbox. The refusing
+    server stands at an endpoint of its own, which the workers' records name; returned."""
     refusing = FaultServer("deny")
     deployment.apply(monkeypatch, AWS_ENDPOINT_URL_S3=refusing.endpoint)
     try:
@@ -116,6 +117,7 @@ async def _queue_while_s3_refuses(deployment: Deployment, monkeypatch: pytest.Mo
                             await s.run(user.tasks[0])
     finally:
         refusing.stop()
+    return refusing.endpoint
 
 
 def _backlog(deployment: Deployment, copies: int) -> None:
@@ -140,13 +142,16 @@ async def test_two_flushes_at_once_deliver_each_queued_transcript_once_and_erasu
     register_teams(deployment.registry, model_server.base_url)
     assert deployment.database_url is not None
     await upgrade_database(deployment.database_url)
-    await _queue_while_s3_refuses(deployment, monkeypatch, alice, bob)
+    refused_at = await _queue_while_s3_refuses(deployment, monkeypatch, alice, bob)
     _backlog(deployment, copies=14)
     assert len(deployment.sql("SELECT run_id FROM ts_transcript_outbox")) == 90
 
     flushes = [deployment.start("transcripts", "flush", "--json") for _ in range(2)]
     for proc in flushes:
         deployment.finish(proc)
+    # The workers' records name the refusing server's endpoint, where no server answers now (as after a wrong
+    # AWS_ENDPOINT_URL_S3): the operator says the bucket the flushes reached is theirs, as the erasure's fix says.
+    deployment.finish(deployment.start("transcripts", "mark", "--as-reached-at", refused_at))
     assert erase(deployment, book, bob)["status"] == "completed"
     leaks = judge(scan(deployment.sinks(), book), erased={"bob"})
     assert not leaks, report(leaks)
