@@ -8,8 +8,10 @@ import json
 
 import boto3
 import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
 from typer.testing import CliRunner
 
+from teamstore.audit.subjects import get_or_create_subject, record_store
 from teamstore.audit.transcripts.base import run_key
 from teamstore.audit.transcripts.record import RunKeys
 from teamstore.audit.transcripts.s3 import MARKS, S3TranscriptStore, make_client
@@ -97,32 +99,55 @@ def test_an_operator_marks_the_bucket_reached_here_for_the_endpoint_the_records_
     assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
     folder = runner.invoke(app, ["transcripts", "mark", "--as-reached-at", "http://old-minio:9000"])
     assert folder.exit_code == 1 and "is a folder" in folder.output  # the embedded default
-    monkeypatch.setenv("TEAMSTORE_TRANSCRIPTS_URL", f"s3://{s3_bucket}/teamstore")
-    for bad in ("old-minio:9000", "ftp://old-minio", "http://"):
-        refused = runner.invoke(app, ["transcripts", "mark", "--as-reached-at", bad], env={"COLUMNS": "300"})
-        assert refused.exit_code == 1 and "an http:// or https:// URL with a host" in refused.output
+    url = f"s3://{s3_bucket}/teamstore"
+    monkeypatch.setenv("TEAMSTORE_TRANSCRIPTS_URL", url)
+    asyncio.run(_recorded(url, "http://old-minio:9000", "http://legacy:80"))  # the second as an old release wrote it
+    for bad in ("old-minio:9000", "ftp://old-minio", "http://", "http://[::1", "http://[zz]:9000", "http://old:99999",
+                "http://other-minio:9000"):
+        refused = runner.invoke(app, ["transcripts", "mark", "--as-reached-at", bad, "--json"],
+                                env={"COLUMNS": "300"})
+        assert refused.exit_code == 1, (bad, refused.output)
+        assert json.loads(refused.stdout)["error"]["type"] == "ConfigurationError"
+        assert "http://legacy:80, http://old-minio:9000" in refused.output  # the endpoints the records hold
 
-    marked = runner.invoke(app, ["transcripts", "mark", "--as-reached-at", "HTTP://Old-MinIO:9000/", "--json"])
+    for given, recorded in (("HTTP://Old-MinIO:9000/", "http://old-minio:9000"), ("http://legacy:80", "http://legacy:80")):
+        marked = runner.invoke(app, ["transcripts", "mark", "--as-reached-at", given, "--json"])
+        assert marked.exit_code == 0, marked.output
+        assert json.loads(marked.stdout)["marked_for"] == recorded
+        assert asyncio.run(_marked(s3_bucket, recorded))
 
-    assert marked.exit_code == 0, marked.output
-    assert json.loads(marked.stdout)["marked_for"] == "http://old-minio:9000"
-    assert asyncio.run(_marked(s3_bucket, "http://old-minio:9000"))
+
+async def _recorded(store: str, *endpoints: str) -> None:
+    """``store`` recorded at each of ``endpoints``, for a user each, in the default database."""
+    engine = create_engine(Settings().resolved_database_url)
+    try:
+        for n, endpoint in enumerate(endpoints):
+            await record_store(engine, await get_or_create_subject(engine, f"user-{n}"), store, endpoint=endpoint)
+    finally:
+        await engine.dispose()
 
 
-async def test_a_store_recorded_as_aws_before_s3_s_hosts_were_told_apart_is_taken_as_reached_by_an_aws_host(
-    s3_env: str
+async def test_a_store_recorded_as_aws_before_s3_s_hosts_were_told_apart_is_reached_by_the_aws_host_that_marked_it(
+    sqlite_engine: AsyncEngine
 ) -> None:
-    """A MinIO behind an AWS load balancer was recorded as "aws" then: its workers still reach it so, and are not
-    told to unset their endpoint (nothing is asked of the bucket)."""
+    """A MinIO behind an AWS load balancer was recorded as "aws" then: its workers, which reach it there, marked it
+    so, and it is theirs; another MinIO behind another AWS host, unmarked, is not taken for AWS's own S3."""
     import boto3
 
     from teamstore.audit.placement import unmarked_elsewhere
 
     behind = boto3.client("s3", endpoint_url="http://minio-1.us-east-1.elb.amazonaws.com:9000")
     store = S3TranscriptStore(behind, "audit", "teamstore")
-    engine = create_engine("sqlite+aiosqlite:///:memory:")
+    marked_at: set[str] = set()
+
+    async def marked(database_id: str, endpoint: str) -> bool:  # the bucket, without the network
+        return endpoint in marked_at
+
+    store.marked = marked  # type: ignore[method-assign]
     try:
-        assert await unmarked_elsewhere(store, engine, "aws") is None
+        found = await unmarked_elsewhere(store, sqlite_engine, "aws")
+        assert found is not None and found.why == "carries no mark of this database's writers at AWS's own S3"
+        marked_at.add(store.endpoint)  # this release's workers there, at their first run
+        assert await unmarked_elsewhere(store, sqlite_engine, "aws") is None
     finally:
         await store.close()
-        await engine.dispose()

@@ -26,8 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.transcripts import store_endpoint
 from teamstore.audit.transcripts.base import Capability, TranscriptStore
-from teamstore.audit.transcripts.capabilities import AWS_OWN, capability
-from teamstore.audit.transcripts.s3_client import aws_host
+from teamstore.audit.transcripts.capabilities import AWS_OWN, aws_host, capability
 from teamstore.db.identity import database_id
 from teamstore.errors import StorageError, TranscriptFolderElsewhere
 
@@ -87,12 +86,16 @@ async def unmarked_elsewhere(store: TranscriptStore, engine: AsyncEngine, record
     here = store_endpoint(store)
     if marks is None or recorded is None or here is None or recorded == here:
         return None
-    if recorded == AWS_OWN and aws_host((urlsplit(here).hostname or "").lower()):
-        return None  # recorded before AWS's other hosts (a load balancer in front of a MinIO) were told from S3's
-    found = await marks.marked(await database_id(engine), recorded)
+    ours = await database_id(engine)
+    found = await marks.marked(ours, recorded)
     if found is None:
         return Elsewhere(here, "would not say whether it carries this database's mark (access denied)")
-    return None if found else Elsewhere(here, f"carries no mark of this database's writers at {_at(recorded)}")
+    if found or (recorded == AWS_OWN and aws_host((urlsplit(here).hostname or "").lower())
+                 and await marks.marked(ours, here)):
+        # (Recorded as AWS's own before S3's hosts were told from a load balancer's in front of a MinIO: the
+        # workers that reach it there marked it so.)
+        return None
+    return Elsewhere(here, f"carries no mark of this database's writers at {_at(recorded)}")
 
 
 async def check_here(store: TranscriptStore, engine: AsyncEngine, *, doing: str, make: bool = False) -> None:

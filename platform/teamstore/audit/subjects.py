@@ -241,6 +241,21 @@ async def recorded_endpoints(engine: AsyncEngine, subject_key: str) -> dict[str,
     return {store: None if endpoint is None else str(endpoint) for store, endpoint in rows}
 
 
+async def endpoints_of(engine: AsyncEngine, store: str) -> set[str]:
+    """Every endpoint ``store`` is recorded at, for any subject (``"aws"`` for AWS's own S3).
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    c = subject_stores.c
+    query = select(c.endpoint).where(c.store == store, c.endpoint.is_not(None)).distinct()
+    try:
+        async with engine.connect() as conn:
+            return {str(endpoint) for endpoint in (await conn.scalars(query)).all()}
+    except SQLAlchemyError as exc:
+        raise _unavailable(exc) from exc
+
+
 async def _stores_with(engine: AsyncEngine, subject_key: str, column: ColumnElement[Any]) -> list[tuple[str, Any]]:
     """Each store recorded for the subject, with ``column`` of its record."""
     c = subject_stores.c

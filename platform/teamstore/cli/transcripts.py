@@ -198,10 +198,8 @@ def transcripts_mark(
     """Say that the S3 bucket these settings reach is the one this database's workers reached at another endpoint
     (a server no longer answering there), so an erasure or export reaching it here goes on. Only for a bucket you
     know to be that one: another server's bucket of the same name marked so would be taken for it."""
-    from urllib.parse import urlsplit
-
+    from teamstore.audit.subjects import endpoints_of
     from teamstore.audit.transcripts import Capability, capability
-    from teamstore.audit.transcripts.s3_client import recorded_endpoint
     from teamstore.db.identity import database_id
 
     async def go(app: App) -> dict[str, Any]:
@@ -212,20 +210,33 @@ def transcripts_mark(
                 f"{store.url} is a folder: it is marked as this database's by its marker, not for an endpoint",
                 hint="run this with TEAMSTORE_TRANSCRIPTS_URL set to the s3:// store an erasure refused",
             )
-        given = reached_at.strip()
-        if given.lower() != "aws" and (urlsplit(given).scheme not in ("http", "https") or not urlsplit(given).hostname):
-            raise ConfigurationError(
-                "--as-reached-at takes the endpoint as the records name it: an http:// or https:// URL with a host, "
-                "or 'aws' for AWS's own S3",
-                hint="copy it from the erasure's refusal (its fix says AWS_ENDPOINT_URL_S3=<endpoint>)",
-            )
-        endpoint = "aws" if given.lower() == "aws" else recorded_endpoint(given)
+        endpoint = _recorded_as(reached_at.strip(), await endpoints_of(app.engine, store.url), store.url)
         await marks.mark(await database_id(app.engine), endpoint)
         return {"store": store.url, "marked_for": endpoint}
 
     data = with_app(go, must_exist=True)
     emit(data, as_json=as_json, render=lambda d: console.print(
         f"marked {plain(d['store'])} as this database's workers' bucket at {plain(d['marked_for'])}"))
+
+
+def _recorded_as(given: str, recorded: set[str], store: str) -> str:
+    """The endpoint ``given`` names, as the records of ``store`` hold it (as written, or as a client reaching it
+    now would be recorded): one they hold, or a typed refusal naming those they do."""
+    from teamstore.audit.transcripts.s3_client import recorded_endpoint
+
+    if given in recorded:
+        return given
+    try:
+        normalised = "aws" if given.lower() == "aws" else recorded_endpoint(given)
+    except ValueError:  # a host in brackets that is no address
+        normalised = ""
+    if normalised in recorded:
+        return normalised
+    held = ", ".join(sorted(recorded)) or "none"
+    raise ConfigurationError(
+        f"no record names {store} at the endpoint given: give one the records hold ({held})",
+        hint="copy it from the erasure's refusal (its fix says --as-reached-at <endpoint>)",
+    )
 
 
 @transcripts_app.command("flush")

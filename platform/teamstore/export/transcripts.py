@@ -220,5 +220,6 @@ async def _check_here(ctx: ExportContext, subject_key: str, store: TranscriptSto
             f"this user's transcripts were written to {store.url} at {described(recorded)}; this export reaches a "
             f"bucket of that name at {described(found.endpoint)}, which {found.why}: it may be another server's "
             "bucket, and the export would miss them",
-            hint=f"run the export with {endpoint_setting(recorded)}",
+            hint=f"run the export with {endpoint_setting(recorded)}; if no server answers there any more and this "
+            f"bucket is the one its workers wrote to, `teamstore transcripts mark --as-reached-at {recorded}` says so",
         )

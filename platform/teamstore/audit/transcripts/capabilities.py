@@ -41,6 +41,12 @@ AWS_OWN = "aws"
 record with none is from before endpoints were recorded (migration 0029), or of a folder."""
 
 
+def aws_host(host: str) -> bool:
+    """Whether ``host`` (lower case) is one of AWS's, S3's or any other service's (a load balancer's, an
+    instance's): before S3's own were told apart, every one was recorded as :data:`AWS_OWN`."""
+    return host.endswith((".amazonaws.com", ".amazonaws.com.cn"))
+
+
 @dataclass(frozen=True)
 class ObjectVersion:
     """One stored version of an object, or a delete marker, as a versions listing shows it.

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
-from teamstore.audit.transcripts.capabilities import AWS_OWN
+from teamstore.audit.transcripts.capabilities import AWS_OWN, aws_host
 from teamstore.aws import client_config
 from teamstore.errors import (
     ConfigurationError,
@@ -146,13 +146,7 @@ def recorded_endpoint(url: str) -> str:
     return f"{scheme}://{where}{parts.path.rstrip('/')}"
 
 
-def aws_host(host: str) -> bool:
-    """Whether ``host`` (lower case) is one of AWS's, S3's or any other service's (a load balancer's, an
-    instance's): before S3's own were told apart, every one was recorded as :data:`AWS_OWN`."""
-    return host.endswith((".amazonaws.com", ".amazonaws.com.cn"))
-
-
-_AWS_OTHER = frozenset({"elb", "compute", "compute-1", "execute-api", "elasticbeanstalk", "cloudfront"})
+_AWS_OTHER = frozenset({"elb", "compute", "compute-1", "execute-api"})
 """Labels of AWS hosts that are no S3 endpoint, whatever their user-chosen first label (``s3-minio.elb...``)."""
 
 
