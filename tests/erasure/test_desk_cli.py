@@ -477,6 +477,12 @@ def test_an_operator_name_the_receipt_cannot_hold_is_refused_before_the_terminal
     assert cli("erase", "--user", "kit", "--dry-run").exit_code == 0  # a dry run records no operator
 
 
+def _waiting_on(hanging: FaultServer) -> dict[str, str]:
+    """The environment of an export whose transcript store is ``hanging``: it waits there, its archive begun."""
+    return {**os.environ, "TEAMSTORE_TRANSCRIPTS_URL": "s3://bucket/audit", "AWS_ENDPOINT_URL": hanging.endpoint,
+            "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_an_export_stopped_by_a_signal_leaves_no_temporary_archive_and_records_that_it_stopped(
     tmp_path: Path, signum: signal.Signals
@@ -488,8 +494,7 @@ def test_an_export_stopped_by_a_signal_leaves_no_temporary_archive_and_records_t
     out = tmp_path / "out"
     out.mkdir()
     hanging = FaultServer("hang")  # the transcript store answers nothing: the export waits there
-    env = {**os.environ, "TEAMSTORE_TRANSCRIPTS_URL": "s3://bucket/audit", "AWS_ENDPOINT_URL": hanging.endpoint,
-           "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
+    env = _waiting_on(hanging)
     try:
         proc = subprocess.Popen([sys.executable, "-m", "teamstore", "export", "--user", "lia", "-o",
                                  str(out / "lia.zip")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -554,8 +559,7 @@ def test_an_export_killed_outright_is_named_as_it_starts_shown_abandoned_and_cle
     out = tmp_path / "out"
     out.mkdir()
     hanging = FaultServer("hang")  # the transcript store answers nothing: the export waits there
-    env = {**os.environ, "TEAMSTORE_TRANSCRIPTS_URL": "s3://bucket/audit", "AWS_ENDPOINT_URL": hanging.endpoint,
-           "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
+    env = _waiting_on(hanging)
     try:
         proc = subprocess.Popen([sys.executable, "-m", "teamstore", "export", "--user", "lia", "-o",
                                  str(out / "lia.zip"), "--json"], env=env, stdout=subprocess.PIPE,
