@@ -25,6 +25,7 @@ ON_THE_DATABASE = [
     ["sessions", "restore", "1"],
     ["transcripts", "show", "--user", "alice", "--session", "s1"],
     ["transcripts", "flush"],  # from a cron job, 'delivered 0' would hide a mistyped TEAMSTORE_HOME
+    ["transcripts", "mark", "--as-reached-at", "aws"],
     ["retention", "sweep"],
     ["cost"],
     ["memory", "show", "--user", "alice"],
@@ -34,6 +35,7 @@ ON_THE_DATABASE = [
     ["erase", "list"],
     ["erase", "extend", "REQ-1", "--by", "2m", "--reason", "complex"],
     ["export", "--user", "alice"],  # an archive saying 'nothing held' would mislead as much
+    ["export", "status", "ex-0123456789abcdef01234567"],
     ["erase", "status", "REQ-1"],
     ["keys", "status"],  # a health check: it must not make the database, nor a key file, to look at
 ]
