@@ -424,6 +424,12 @@ class ExportNotFound(ExportError):
     """No export is recorded under that id."""
 
 
+class ExportOutcomeUnknown(ExportError):
+    """The database stopped answering as the export's outcome was recorded, and its failure could not be recorded
+    either: its record may say ``exported``, so the archive is kept in place; ``teamstore export status`` says
+    whether the record stands."""
+
+
 class ExportTargetExists(ExportError):
     """The archive's path is taken: an export never overwrites a file or folder."""
 

@@ -23,6 +23,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import teamstore.export.archive as archive_module
+import teamstore.export.partials as partials_module
 import teamstore.export.requests as export_requests_module
 from teamstore.audit.prices import load_prices
 from teamstore.audit.subjects import get_or_create_subject
@@ -301,7 +302,7 @@ async def test_a_killed_exports_temporary_archive_is_removed_even_once_its_targe
     out = tmp_path / "out"
     out.mkdir()
     killed = await _closed_as_abandoned(engine)
-    partial = archive_module.partial_path(out / "gil.zip", killed)
+    partial = partials_module.partial_path(out / "gil.zip", killed)
     partial.write_text("part of gil's data")
     (out / "gil.zip").write_text("the archive of the export run again")
 
@@ -319,7 +320,7 @@ async def test_a_temporary_archive_whose_export_still_runs_is_left_and_the_expor
     out.mkdir()
     running = new_export_id()
     await open_export(engine, running, None, user_id="gil", requested_by=None, operator="dpo", owner="host:1:a")
-    partial = archive_module.partial_path(out / "gil.zip", running)
+    partial = partials_module.partial_path(out / "gil.zip", running)
     partial.write_text("part of gil's data")
 
     done = await exporter(engine, LocalTranscriptStore(tmp_path / "t")).run("gil", out / "gil.zip", operator="dpo")
@@ -339,7 +340,7 @@ async def test_a_target_name_as_long_as_the_filesystem_takes_is_exported_to_and_
     out.mkdir()
     killed = await _closed_as_abandoned(engine)
     longest = out / ("é" * 125 + "a.zip")  # 255 bytes, of characters of two
-    partial = archive_module.partial_path(longest, killed)
+    partial = partials_module.partial_path(longest, killed)
     assert len(os.fsencode(partial.name)) <= 255 and partial.name.endswith(f".{killed}.partial")
     partial.write_text("part of gil's data")
 
@@ -410,7 +411,7 @@ class _StallsAndLosesItsArchive:
 
     async def export(self, ctx: ExportContext, archive: Writable) -> Section:
         await _Stalls().export(ctx, archive)
-        assert archive_module.remove_partial(archive.target, ctx.export_id)
+        assert partials_module.remove_partial(archive.target, ctx.export_id)
         return Section()
 
 

@@ -88,6 +88,7 @@ def _export(user: str, output: str | None, requested_by: str | None, operator: s
     async def go(app: App) -> Exported:
         coordinator = app.exporter()
         coordinator.opened = _say_opened
+        coordinator.warned = lambda warning: _say(f"[yellow]warning[/]: {plain(warning)}")
         finished.append(await coordinator.run(user, Path(output) if output is not None else None,
                                               requested_by=requested_by, operator=operator))
         return finished[0]
@@ -103,8 +104,6 @@ def _export(user: str, output: str | None, requested_by: str | None, operator: s
             done = finished[0]
     data = {"path": str(done.path) if done.path else None, **done.manifest.model_dump(mode="json")}
     emit(data, as_json=as_json, render=lambda _: _render(done))
-    for warning in done.warnings:
-        _say(f"[yellow]warning[/]: {plain(warning)}")
     if not done.matched:
         err_console.print("[bold]no match[/]: no store holds anything for this user id (never stored, or erased: "
                           "a finished erasure forgets the id); no archive was written")

@@ -11,7 +11,7 @@
     archive.commit()                                # or archive.abort(): nothing is left
 
 Files are written under a temporary name beside the target (``.alice.zip.<export id>.partial``, the target's
-name cut short when the whole would be longer than its folder allows: :func:`partial_path`), created
+name cut short when the whole would be longer than its folder allows: :mod:`teamstore.export.partials`), created
 owner-only (``0600``; folders ``0700``), and moved to the target only once every store has been read and
 the manifest written: a failed export leaves nothing, never a partial archive that looks complete. The
 target is never overwritten. A commit puts every byte on disk (the files, then the folder that holds the
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import glob
 import hashlib
 import os
 import secrets
@@ -41,6 +40,7 @@ from typing import IO, Any, BinaryIO
 from teamstore.disk import fsync_file, fsync_folder
 from teamstore.errors import ExportFailed, ExportTargetExists, ExportTargetInStore
 from teamstore.export.base import FileEntry, Section, to_json
+from teamstore.export.partials import partial_path
 
 FILE_MODE = 0o600
 FOLDER_MODE = 0o700
@@ -345,8 +345,8 @@ class FolderArchive(_Recorded):
 
     def abort(self) -> None:
         """Remove the temporary folder, or the archive placed by a commit: nothing of the export is left."""
-        if self.temporary.exists():
-            shutil.rmtree(self.temporary)
+        if self.temporary.exists():  # another export's clean-up may remove it too, once this one's record is over
+            shutil.rmtree(self.temporary, onerror=_unless_gone)
         if self.placed:
             shutil.rmtree(self.target, ignore_errors=True)
             self.placed = False
@@ -361,8 +361,8 @@ def open_archive(target: Path, keep_out: Sequence[Path] = (), tag: str | None = 
     Args:
         target: Where the archive goes.
         keep_out: Folders it must not go into: those teamstore keeps its stores in.
-        tag: What names the temporary archive beside ``target`` (:func:`partial_path`): the export's id, so that
-            one its export left (killed outright) can be named by it; random by default.
+        tag: What names the temporary archive beside ``target`` (:mod:`teamstore.export.partials`): the export's
+            id, so that one its export left (killed outright) can be named by it; random by default.
 
     Raises:
         ExportTargetExists: ``target`` exists (an export never overwrites).
@@ -380,7 +380,7 @@ def check_target(target: Path, keep_out: Sequence[Path] = ()) -> None:
     Raises:
         ExportTargetExists: ``target`` exists.
         ExportTargetInStore: ``target`` is inside one of ``keep_out``.
-        ExportFailed: Its folder does not exist or cannot be entered.
+        ExportFailed: Its folder does not exist or cannot be entered, or a symlink on its path loops.
     """
     try:
         _outside(target, keep_out)
@@ -391,55 +391,10 @@ def check_target(target: Path, keep_out: Sequence[Path] = ()) -> None:
             raise ExportFailed(f"{target.parent} {what}", hint="give --output a path in an existing folder")
     except OSError as exc:  # a name too long, a folder this user may not enter
         raise _unwritable(target, exc) from exc
-
-
-def partial_path(target: Path, tag: str) -> Path:
-    """Where the archive for ``target`` is written until it is committed: ``.<name>.<tag>.partial`` beside it,
-    ``<name>`` cut short (by whole characters) when the whole would pass the longest name its folder takes, so
-    that any target name the filesystem takes can be exported to; the tag is kept whole: it names the export."""
-    ending = f".{tag}.partial"
-    room = _name_max(target.parent) - 1 - len(os.fsencode(ending))
-    name = target.name[:room]
-    while len(os.fsencode(name)) > room:  # a name of characters longer than a byte in the encoding
-        name = name[:-1]
-    return target.with_name(f".{name}{ending}")
-
-
-def partial_tags(target: Path, like: str) -> list[str]:
-    """The tags of the temporary archives beside ``target`` (:func:`partial_path`) whose tags are as long as
-    ``like`` (theirs cut the target's name alike)."""
-    stem = partial_path(target, like).name[:-len(f".{like}.partial")]
-    pattern = f"{glob.escape(stem)}.{'?' * len(like)}.partial"
-    return [path.name[len(stem) + 1:-len(".partial")] for path in target.parent.glob(pattern)]
-
-
-def _name_max(folder: Path) -> int:
-    try:
-        return os.pathconf(folder, "PC_NAME_MAX")
-    except (OSError, ValueError):  # a folder not there (refused later, saying so), a system without the limit
-        return 255
-
-
-def remove_partial(target: Path, tag: str) -> bool:
-    """Remove the temporary archive an export tagged ``tag`` left beside ``target`` (killed outright before it
-    committed); whether there was one. A symlink at its name is not followed (only removed).
-
-    Raises:
-        ExportFailed: It is there and could not be removed.
-    """
-    path = partial_path(target, tag)
-    try:
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
-    except FileNotFoundError:
-        return False
-    except OSError as exc:
-        raise ExportFailed(f"could not remove {path}, the temporary archive of an export killed outright: "
-                           f"{exc.strerror or exc}", hint="remove it yourself (it holds part of the user's data, "
-                           "readable), then export again") from exc
-    return True
+    except RuntimeError as exc:  # what Path.resolve raises on a symlink loop before Python 3.13 (OSError after)
+        raise ExportFailed(f"{target}: a symlink on its path leads back to itself (a loop), so it leads nowhere",
+                           hint="give --output a path without the looping symlink, or point the symlink at a "
+                           "folder") from exc
 
 
 def _outside(target: Path, keep_out: Sequence[Path]) -> None:
@@ -488,6 +443,11 @@ def _create_empty(path: Path) -> None:
 def _unlink_if_empty(path: Path) -> None:
     if path.lstat().st_size == 0:
         path.unlink()
+
+
+def _unless_gone(_: Any, __: str, error: tuple[type[BaseException], BaseException, Any]) -> None:
+    if not isinstance(error[1], FileNotFoundError):
+        raise error[1]
 
 
 def _unwritable(path: Path, exc: OSError) -> ExportFailed:

@@ -43,9 +43,9 @@ from teamstore.audit.prices import PriceTable
 from teamstore.audit.subjects import lookup_subject
 from teamstore.audit.transcripts.base import TranscriptStore
 from teamstore.db.identity import log_name_key
-from teamstore.errors import ExportError, ExportFailed, StoreUnavailable, TeamstoreError
+from teamstore.errors import ExportError, ExportFailed, ExportOutcomeUnknown, StoreUnavailable, TeamstoreError
 from teamstore.export import requests
-from teamstore.export.archive import Writable, check_target, open_archive, partial_tags, remove_partial
+from teamstore.export.archive import Writable, check_target, open_archive
 from teamstore.export.base import ExportContext, Exporter, FileEntry, Section
 from teamstore.export.database import (
     DataKeyRows,
@@ -59,6 +59,7 @@ from teamstore.export.database import (
 )
 from teamstore.export.guide import GUIDE, guide
 from teamstore.export.nearby import check_stored_if_unusable, near_match
+from teamstore.export.partials import partial_tags, remove_partial
 from teamstore.export.transcripts import TranscriptExporter
 from teamstore.ids import check_erasable_id, log_name
 from teamstore.keys.service import KeyService
@@ -141,6 +142,10 @@ class ExportCoordinator:
         self.lease_seconds = lease_seconds
         self.opened: Callable[[str], None] | None = None
         """Told each export's id once its record is written (the CLI prints it: a killed export can be named)."""
+        self.warned: Callable[[str], None] | None = None
+        """Told at once of each thing found beside the target and left there (another export's temporary archive,
+        still running), whatever the export's outcome; an error it raises fails the export before anything is
+        recorded or read."""
         # Which process holds its exports' leases (and alone may record how they ended).
         self._owner = f"{socket.gethostname()[:24]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._log_key = ""  # read as a run begins: it keys how log lines name an export
@@ -168,6 +173,8 @@ class ExportCoordinator:
             ExportTargetExists: ``output`` exists (nothing is overwritten).
             ExportTargetInStore: ``output`` is inside a folder of ``keep_out``.
             ExportFailed: A store could not be read, or the archive written: no archive is left.
+            ExportOutcomeUnknown: The database stopped answering as the outcome was recorded, and the failure
+                could not be recorded either: the archive is kept, and the record says whether it stands.
             StoreUnavailable: The database could not be reached before anything was read.
         """
         check_erasable_id(user_id)
@@ -184,25 +191,32 @@ class ExportCoordinator:
         # Made once the record is written, which names it: a kill from here on leaves both, found by the same id.
         async with self._failure_recorded(export_id, "the archive", "as it began"):
             archive = open_archive(target, self.keep_out, export_id)
-        finished = False
+        kept = False
         try:
             ctx = ExportContext(self.engine, self.transcripts, user_id, subject,
                                 found.session_secret if found is not None else None, self.prices, export_id, self.keys)
             async with self._keeping_lease(export_id) as lost:
                 manifest = await self._write(ctx, archive, started, (ran_by, requested_by), lost)
-            finished = True
+            kept = True
+        except ExportOutcomeUnknown:  # its record may say `exported`: the archive it names stays
+            kept = True
+            raise
         finally:
-            if not finished:
+            if not kept:
                 archive.abort()
         return Exported(manifest=manifest, path=archive.target if manifest.status == "exported" else None,
                         warnings=warnings)
 
     async def _clear_beside(self, target: Path, export_id: str) -> list[str]:
-        """Close the abandoned records, remove what they left beside ``target``, then refuse a target that cannot
-        be used; what the export's runner should know of what was left there. The clean-up comes first: the
-        target an export killed outright was given may be taken since (by the export run again at once)."""
+        """Close the abandoned records, remove what exports over left beside ``target``, then refuse a target that
+        cannot be used; what the export's runner should know of what was left there (told to :attr:`warned` at
+        once). The clean-up comes first: the target an export killed outright was given may be taken since (by
+        the export run again at once). A target with no name (``.``, ``/``) has nothing beside it of its own."""
         await requests.close_abandoned(self.engine)
-        warnings = await self._remove_abandoned_partials(target, export_id)
+        warnings = await self._remove_left_partials(target, export_id) if target.name else []
+        for warning in warnings:
+            if self.warned is not None:
+                self.warned(warning)
         check_target(target, self.keep_out)
         return warnings
 
@@ -263,7 +277,10 @@ class ExportCoordinator:
             await self._stopped(ctx.export_id, f"while reading {store}")
             raise
         except TeamstoreError as exc:
-            if not await self._failed(ctx.export_id, store, exc):  # closed meanwhile: what failed came of that
+            recorded = await self._failed(ctx.export_id, store, exc)
+            if recorded is None and archive.placed:  # the outcome sent, perhaps committed: the record may stand
+                raise _outcome_unknown(ctx.export_id, archive.target, exc) from exc
+            if recorded is False:  # closed meanwhile: what failed came of that
                 raise requests.abandoned_while_running(ctx.export_id) from exc
             if isinstance(exc, ExportError):
                 raise
@@ -302,16 +319,17 @@ class ExportCoordinator:
                 log.warning("export %s: could not renew its lease; retrying: %s", log_name(export_id, self._log_key),
                             exc.message)
 
-    async def _remove_abandoned_partials(self, target: Path, like: str) -> list[str]:
-        """Remove the temporary archives that exports killed outright left beside ``target``: only those named
-        ``.<name>.<export id>.partial`` whose record says it was abandoned (teamstore made them; it never removes
-        a file it did not). One whose export is still running (its lease holds) is left, and said (``like`` is an
-        export id: the temporary names of all are cut alike)."""
+    async def _remove_left_partials(self, target: Path, like: str) -> list[str]:
+        """Remove the temporary archives that exports now over left beside ``target``: only those named
+        ``.<name>.<export id>.partial`` whose record is no longer ``running`` (teamstore made them; it never
+        removes a file it did not): killed outright, its record closed as abandoned, or killed as it removed its
+        own after recording its failure. One whose export is still running (its lease holds) is left, and said
+        (``like`` is an export id: the temporary names of all are cut alike)."""
         tags = [tag for tag in partial_tags(target, like) if requests.made_export_id(tag)]
-        closed, running = await requests.abandoned_or_running(self.engine, tags)
-        for export_id in closed:
+        over, running = await requests.over_or_running(self.engine, tags)
+        for export_id in over:
             if remove_partial(target, export_id):
-                log.warning("export %s: removed the temporary archive of an export killed outright",
+                log.warning("export %s: removed the temporary archive it left (killed outright)",
                             log_name(export_id, self._log_key))
         return [f"{requests.partial_name(export_id)} beside the target is the temporary archive of export "
                 f"{export_id}, still running (its lease holds): it is left there; if that export was killed, the "
@@ -337,11 +355,11 @@ class ExportCoordinator:
             archive.add_json(MANIFEST, manifest.model_dump(mode="json"))
         return manifest
 
-    async def _failed(self, export_id: str, store: str, exc: TeamstoreError) -> bool:
+    async def _failed(self, export_id: str, store: str, exc: TeamstoreError) -> bool | None:
         """Record where the export failed and the error's type, never its message: that names the archive's
         path (which often names the user) or an object key (which names the subject), and the record outlives
-        the user's erasure. The message reaches whoever ran the export, with the error raised. A database
-        that is gone too is only logged. Whether the record was not closed as abandoned already."""
+        the user's erasure. The message reaches whoever ran the export, with the error raised. As
+        :meth:`_record_failure` says whether it was recorded."""
         return await self._record_failure(export_id, f"{store}: {type(exc).__name__}")
 
     async def _stopped(self, export_id: str, where: str) -> None:
@@ -350,12 +368,25 @@ class ExportCoordinator:
         await self._record_failure(export_id, f"stopped {where} (Ctrl-C, SIGTERM or SIGHUP, or its task was "
                                               "cancelled): no archive was left; export again")
 
-    async def _record_failure(self, export_id: str, detail: str) -> bool:
+    async def _record_failure(self, export_id: str, detail: str) -> bool | None:
         """Record the export's failure, over an outcome this process recorded (its acknowledgement lost, and its
-        archive about to be removed); False when its record was closed as abandoned instead."""
+        archive about to be removed): True once recorded, False when its record was closed as abandoned instead,
+        None when the database did not answer (only logged)."""
         try:
             return await requests.fail_export(self.engine, export_id, detail, owner=self._owner)
         except StoreUnavailable as recording:
             log.warning("export %s: could not record its failure: %s", log_name(export_id, self._log_key),
                         recording.message)
-            return True
+            return None
+
+
+def _outcome_unknown(export_id: str, target: Path, exc: TeamstoreError) -> ExportOutcomeUnknown:
+    """The failure of an export whose archive is in place when neither its outcome's acknowledgement nor its
+    failure could be recorded: its record may say ``exported``, and so the archive is kept."""
+    return ExportOutcomeUnknown(
+        f"the export {export_id} placed its archive at {target}, then the database stopped answering as its "
+        f"outcome was recorded ({type(exc).__name__}: {exc.message}) and as its failure was: its record may say "
+        "`exported` or still `running`, and the archive is kept where it is",
+        hint=f"once the database answers, run `teamstore export status {export_id}`: `exported` means the archive "
+             "is whole (its manifest.json lists every file, with its SHA-256); anything else, delete it and export "
+             "again")

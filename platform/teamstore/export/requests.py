@@ -216,8 +216,10 @@ async def close_abandoned(engine: AsyncEngine) -> int:
     return closed
 
 
-async def abandoned_or_running(engine: AsyncEngine, export_ids: Sequence[str]) -> tuple[set[str], set[str]]:
-    """Of ``export_ids``, those whose record :func:`close_abandoned` closed, and those still ``running``.
+async def over_or_running(engine: AsyncEngine, export_ids: Sequence[str]) -> tuple[set[str], set[str]]:
+    """Of ``export_ids``, those whose export is over (its record ``exported``, ``no_match`` or ``failed``: stopped,
+    failed, or closed by :func:`close_abandoned`), and those still ``running``; an id with no record is in
+    neither.
 
     Raises:
         StoreUnavailable: The database could not be reached.
@@ -225,11 +227,9 @@ async def abandoned_or_running(engine: AsyncEngine, export_ids: Sequence[str]) -
     if not export_ids:
         return set(), set()
     e = export_requests.c
-    closed = and_(e.status == FAILED, e.detail.startswith(f"{ABANDONED}:"))
-    async with _db(engine, "read the exports killed outright") as conn:
-        found = (await conn.execute(select(e.export_id, closed.label("closed")).where(
-            e.export_id.in_(export_ids), or_(closed, e.status == RUNNING)))).all()
-    return {i for i, was in found if was}, {i for i, was in found if not was}
+    async with _db(engine, "read the exports whose temporary archives are left") as conn:
+        found = (await conn.execute(select(e.export_id, e.status).where(e.export_id.in_(export_ids)))).all()
+    return {i for i, status in found if status != RUNNING}, {i for i, status in found if status == RUNNING}
 
 
 async def get_export(engine: AsyncEngine, export_id: str) -> dict[str, Any] | None:

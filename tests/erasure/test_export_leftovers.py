@@ -1,0 +1,156 @@
+"""What an export leaves or finds beside its target: temporary archives of exports now over are removed whatever
+ended them, only the same target's (long names cut alike are told apart), a running one's is warned of at once
+whatever the export's outcome; targets with no name, looping symlinks and folders taking short names are refused
+typed; and an archive whose outcome may be recorded is kept."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+import teamstore.export.partials as partials_module
+import teamstore.export.requests as export_requests_module
+from teamstore.audit.subjects import get_or_create_subject
+from teamstore.audit.transcripts.local import LocalTranscriptStore
+from teamstore.errors import ExportFailed, ExportOutcomeUnknown, ExportTargetExists, StoreUnavailable
+from teamstore.export.requests import fail_export, get_export, new_export_id, open_export
+from teamstore.export.schema import export_requests
+from tests.erasure.test_export import exporter, unpack
+
+
+async def _running(engine: AsyncEngine) -> str:
+    """The id of an export recorded ``running`` under a live lease (another process's)."""
+    export_id = new_export_id()
+    await open_export(engine, export_id, None, user_id="gil", requested_by=None, operator="dpo", owner="host:1:a")
+    return export_id
+
+
+async def test_a_target_with_no_name_is_refused_as_taken_before_anything_is_cleaned_up(
+    engine: AsyncEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for target in (Path("."), Path("./"), Path("/")):
+        with pytest.raises(ExportTargetExists, match="exists: an export never overwrites"):
+            await exporter(engine, LocalTranscriptStore(tmp_path / "t")).run("gil", target, operator="dpo")
+
+
+async def test_a_running_exports_temporary_archive_is_warned_of_at_once_even_when_the_export_is_refused(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    running = await _running(engine)
+    partials_module.partial_path(out / "gil.zip", running).write_text("part of gil's data")
+    (out / "gil.zip").write_text("taken")
+    coordinator = exporter(engine, LocalTranscriptStore(tmp_path / "t"))
+    warned: list[str] = []
+    coordinator.warned = warned.append
+
+    with pytest.raises(ExportTargetExists):
+        await coordinator.run("gil", out / "gil.zip", operator="dpo")
+
+    (warning,) = warned
+    assert f".*.{running}.partial beside the target" in warning
+
+
+async def test_the_temporary_archive_of_an_export_that_recorded_its_failure_is_removed_by_the_next(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    """Killed as it removed its own, after recording that it failed (or was stopped): its record is over."""
+    await get_or_create_subject(engine, "gil")
+    out = tmp_path / "out"
+    out.mkdir()
+    failed, running = await _running(engine), await _running(engine)
+    assert await fail_export(engine, failed, "transcripts: TranscriptUnavailable", owner="host:1:a")
+    for export_id in (failed, running):
+        partials_module.partial_path(out / "gil.zip", export_id).write_text("part of gil's data")
+
+    done = await exporter(engine, LocalTranscriptStore(tmp_path / "t")).run("gil", out / "gil.zip", operator="dpo")
+
+    assert sorted(p.name for p in out.iterdir()) == sorted(["gil.zip", f".gil.zip.{running}.partial"])
+    assert [w for w in done.warnings if running in w]  # the running one's is left, and said
+
+
+async def test_long_targets_cut_alike_keep_their_own_temporary_archives(engine: AsyncEngine, tmp_path: Path) -> None:
+    await get_or_create_subject(engine, "gil")
+    out = tmp_path / "out"
+    out.mkdir()
+    one, other = out / ("x" * 240 + "A.zip"), out / ("x" * 240 + "B.zip")
+    mine, theirs = await _running(engine), await _running(engine)
+    assert await fail_export(engine, mine, "transcripts: TranscriptUnavailable", owner="host:1:a")
+    assert await fail_export(engine, theirs, "transcripts: TranscriptUnavailable", owner="host:1:a")
+    kept = partials_module.partial_path(other, theirs)
+    gone = partials_module.partial_path(one, mine)
+    assert kept.name[:-len(f".{theirs}.partial")] != gone.name[:-len(f".{mine}.partial")]
+    for partial in (kept, gone):
+        assert len(os.fsencode(partial.name)) <= 255
+        partial.write_text("part of gil's data")
+
+    done = await exporter(engine, LocalTranscriptStore(tmp_path / "t")).run("gil", one, operator="dpo")
+
+    assert done.path == one and done.warnings == []
+    assert sorted(out.iterdir()) == sorted([one, kept])
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("limit", [0, 5, 40])
+def test_a_folder_whose_names_leave_no_room_for_the_temporary_name_is_refused_typed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, limit: int
+) -> None:
+    monkeypatch.setattr(partials_module.os, "pathconf", lambda *_: limit)
+    with pytest.raises(ExportFailed, match=f"takes names of at most {limit} bytes"):
+        partials_module.partial_path(tmp_path / "gil.zip", new_export_id())
+
+
+def test_a_folder_reporting_no_name_limit_gets_the_temporary_name_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(partials_module.os, "pathconf", lambda *_: -1)
+    tag = new_export_id()
+    assert partials_module.partial_path(tmp_path / "gil.zip", tag) == tmp_path / f".gil.zip.{tag}.partial"
+
+
+async def test_a_target_behind_a_looping_symlink_is_refused_typed(engine: AsyncEngine, tmp_path: Path) -> None:
+    (tmp_path / "loopy").symlink_to(tmp_path / "loopy")
+    with pytest.raises(ExportFailed, match="a symlink on its path leads back to itself"):
+        await exporter(engine, LocalTranscriptStore(tmp_path / "t")).run("gil", tmp_path / "loopy" / "x.zip",
+                                                                         operator="dpo")
+
+
+@pytest.mark.parametrize("name", ["gil.zip", "gil"])
+async def test_an_archive_whose_outcome_may_be_recorded_is_kept_when_its_failure_cannot_be_recorded(
+    engine: AsyncEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """The outcome committed, its answer lost, and the database gone before the failure is recorded: the record
+    says `exported`, so the archive it names must stay."""
+    finish = export_requests_module.finish_export
+
+    async def unacknowledged(*args: Any, **kwargs: Any) -> None:
+        await finish(*args, **kwargs)
+        raise StoreUnavailable("could not record the export's manifest: connection lost", hint="check it")
+
+    async def gone(*_: Any, **__: Any) -> bool:
+        raise StoreUnavailable("could not record the export's failure: connection refused", hint="check it")
+
+    monkeypatch.setattr(export_requests_module, "finish_export", unacknowledged)
+    monkeypatch.setattr(export_requests_module, "fail_export", gone)
+    await get_or_create_subject(engine, "gil")
+    out = tmp_path / "out"
+    out.mkdir()
+    coordinator = exporter(engine, LocalTranscriptStore(tmp_path / "t"))
+    opened: list[str] = []
+    coordinator.opened = opened.append
+
+    with pytest.raises(ExportOutcomeUnknown, match=f"placed its archive at {out / name}") as raised:
+        await coordinator.run("gil", out / name, operator="dpo")
+
+    assert f"teamstore export status {opened[0]}" in str(raised.value.hint)
+    assert [p.name for p in out.iterdir()] == [name] and "manifest.json" in unpack(out / name)
+    assert (await get_export(engine, opened[0]) or {})["status"] == "exported"
+    async with engine.connect() as conn:
+        assert (await conn.execute(select(export_requests.c.status))).scalars().all() == ["exported"]
