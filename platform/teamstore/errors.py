@@ -424,6 +424,11 @@ class ExportNotFound(ExportError):
     """No export is recorded under that id."""
 
 
+class ExportNotPrinted(ExportError):
+    """The export is done and recorded, but its manifest could not be printed (stdout a full disk, a closed pipe):
+    the message says where its archive is."""
+
+
 class ExportOutcomeUnknown(ExportError):
     """The database stopped answering as the export's outcome was recorded, and its failure could not be recorded
     either: its record may say ``exported``, so the archive is kept in place; ``teamstore export status`` says

@@ -1,11 +1,16 @@
 """What an export leaves or finds beside its target: temporary archives of exports now over are removed whatever
 ended them, only the same target's (long names cut alike are told apart), a running one's is warned of at once
 whatever the export's outcome; targets with no name, looping symlinks and folders taking short names are refused
-typed; and an archive whose outcome may be recorded is kept."""
+typed; an archive whose outcome may be recorded is kept; and the command line's output failing fails nothing
+silently."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +22,12 @@ import teamstore.export.partials as partials_module
 import teamstore.export.requests as export_requests_module
 from teamstore.audit.subjects import get_or_create_subject
 from teamstore.audit.transcripts.local import LocalTranscriptStore
+from teamstore.db.engine import create_engine
 from teamstore.errors import ExportFailed, ExportOutcomeUnknown, ExportTargetExists, StoreUnavailable
 from teamstore.export.requests import fail_export, get_export, new_export_id, open_export
 from teamstore.export.schema import export_requests
+from teamstore.settings import Settings
+from tests.erasure.test_desk_cli import _populate
 from tests.erasure.test_export import exporter, unpack
 
 
@@ -154,3 +162,52 @@ async def test_an_archive_whose_outcome_may_be_recorded_is_kept_when_its_failure
     assert (await get_export(engine, opened[0]) or {})["status"] == "exported"
     async with engine.connect() as conn:
         assert (await conn.execute(select(export_requests.c.status))).scalars().all() == ["exported"]
+
+
+def _export(tmp_path: Path, *args: str, stdout: Any = subprocess.PIPE, stderr: Any = subprocess.PIPE,
+            ) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([sys.executable, "-m", "teamstore", "export", *args], stdout=stdout, stderr=stderr,
+                          env={**os.environ, "COLUMNS": "300"}, timeout=120, check=False, cwd=tmp_path)
+
+
+def test_an_export_of_nothing_whose_stderr_cannot_be_written_still_exits_no_match(tmp_path: Path) -> None:
+    _populate("lia")
+    with open("/dev/full", "wb") as full:
+        done = _export(tmp_path, "--user", "nobody", "-o", "b.zip", "--json", stderr=full)
+    assert done.returncode == 3 and json.loads(done.stdout)["status"] == "no_match"
+
+
+@pytest.mark.parametrize("as_json", [[], ["--json"]])
+def test_an_export_whose_stdout_cannot_be_written_says_where_its_archive_is(
+    tmp_path: Path, as_json: list[str]
+) -> None:
+    _populate("lia")
+    with open("/dev/full", "wb") as full:
+        done = _export(tmp_path, "--user", "lia", "-o", "lia.zip", *as_json, stdout=full)
+    said = done.stderr.decode()
+    assert done.returncode == 1 and "Traceback" not in said, said
+    assert "is done and recorded `exported` (its archive is at lia.zip), but its manifest could not be printed" in said
+    assert (tmp_path / "lia.zip").is_file()
+
+
+def test_the_command_prints_a_running_exports_temporary_archive_even_when_it_refuses_the_target(
+    tmp_path: Path,
+) -> None:
+    _populate("lia")
+
+    async def running() -> str:
+        engine = create_engine(Settings().resolved_database_url)
+        try:
+            return await _running(engine)
+        finally:
+            await engine.dispose()
+
+    export_id = asyncio.run(running())
+    partials_module.partial_path(tmp_path / "lia.zip", export_id).write_text("part of lia's data")
+    (tmp_path / "lia.zip").write_text("taken")
+
+    done = _export(tmp_path, "--user", "lia", "-o", "lia.zip")
+
+    said = done.stderr.decode()
+    assert done.returncode == 1 and "lia.zip exists: an export never overwrites" in said, said
+    assert f"warning: .*.{export_id}.partial beside the target" in said

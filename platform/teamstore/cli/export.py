@@ -6,12 +6,15 @@
 
 Exit status 0: the archive holds the user's data; 3: no store holds anything for the id (never stored, or
 erased): no archive is written, and the manifest printed (and recorded) names every store searched; 1: an
-error, and no archive was left; 130 (143 on SIGTERM, 129 on SIGHUP): stopped, and no archive was left.
+error, and no archive was left (unless the error says where it is: the outcome could not be recorded, or the
+manifest printed); 130 (143 on SIGTERM, 129 on SIGHUP): stopped, and no archive was left.
 ``status`` exits as the export did (0, 3, or 1 for one failed or abandoned: killed outright), or 2 while it runs.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 from contextlib import suppress
 from datetime import datetime
 from pathlib import Path
@@ -21,6 +24,7 @@ import typer
 
 from teamstore.cli._output import (
     JsonOption,
+    JsonOutput,
     Stop,
     UsageError,
     emit,
@@ -30,6 +34,7 @@ from teamstore.cli._output import (
 )
 from teamstore.cli._runner import with_app
 from teamstore.cli.erase import suggest_near_matches
+from teamstore.errors import ExportNotPrinted
 from teamstore.ids import check_erasable_id
 from teamstore.people import check_not_naming, check_person
 from teamstore.terminal import console, plain, print_table
@@ -102,15 +107,40 @@ def _export(user: str, output: str | None, requested_by: str | None, operator: s
             if not finished:
                 _stopped(stop)
             done = finished[0]
-    data = {"path": str(done.path) if done.path else None, **done.manifest.model_dump(mode="json")}
-    emit(data, as_json=as_json, render=lambda _: _render(done))
+    _print_outcome(done, as_json)
     if not done.matched:
-        err_console.print("[bold]no match[/]: no store holds anything for this user id (never stored, or erased: "
-                          "a finished erasure forgets the id); no archive was written")
+        _say("[bold]no match[/]: no store holds anything for this user id (never stored, or erased: a finished "
+             "erasure forgets the id); no archive was written")
         if done.manifest.near_match:
-            err_console.print(f"[yellow]note[/]: {plain(done.manifest.near_match)}")
-        suggest_near_matches(user)
+            _say(f"[yellow]note[/]: {plain(done.manifest.near_match)}")
+        with suppress(OSError):
+            suggest_near_matches(user)
         raise typer.Exit(NO_MATCH)
+
+
+def _print_outcome(done: Exported, as_json: bool) -> None:
+    """Print the manifest on stdout (as JSON when asked); a stdout that cannot be written (a full disk, a closed
+    pipe) fails the command saying where the archive is, since its runner would not learn it otherwise."""
+    data = {"path": str(done.path) if done.path else None, **done.manifest.model_dump(mode="json")}
+    try:
+        emit(data, as_json=as_json, render=lambda _: _render(done))
+        sys.stdout.flush()  # a file or a pipe buffers: a failure shows here, not as the process exits
+    except OSError as exc:
+        JsonOutput.written = True  # stdout is what failed: the error goes to stderr only
+        _discard_stdout()
+        where = f"its archive is at {done.path}" if done.path else "no store held anything: no archive was written"
+        raise ExportNotPrinted(
+            f"the export {done.manifest.export_id} is done and recorded `{done.manifest.status}` ({where}), but its "
+            f"manifest could not be printed on stdout: {exc.strerror or exc}",
+            hint=f"`teamstore export status {done.manifest.export_id} --json` shows its record; give the export a "
+                 "stdout that can be written next time") from exc
+
+
+def _discard_stdout() -> None:
+    """Drop what stdout still buffers (it cannot be written), so that the process does not fail again as it
+    exits, flushing it."""
+    with suppress(OSError, ValueError):
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115  # stdout for the rest of the process
 
 
 def _say_opened(export_id: str) -> None:
