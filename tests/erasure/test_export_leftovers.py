@@ -24,6 +24,7 @@ from teamstore.audit.subjects import get_or_create_subject
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.db.engine import create_engine
 from teamstore.errors import ExportFailed, ExportOutcomeUnknown, ExportTargetExists, StoreUnavailable
+from teamstore.export.archive import open_archive
 from teamstore.export.requests import fail_export, get_export, new_export_id, open_export
 from teamstore.export.schema import export_requests
 from teamstore.settings import Settings
@@ -211,3 +212,21 @@ def test_the_command_prints_a_running_exports_temporary_archive_even_when_it_ref
     said = done.stderr.decode()
     assert done.returncode == 1 and "lia.zip exists: an export never overwrites" in said, said
     assert f"warning: .*.{export_id}.partial beside the target" in said
+
+
+def test_a_folder_archive_whose_files_another_exports_clean_up_removes_meanwhile_still_aborts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once an export's record says it failed, the next export to its target may remove its temporary folder
+    while it removes it itself: its abort must not fail on what is gone already (and hide why it failed)."""
+    archive = open_archive(tmp_path / "gil", tag=new_export_id())
+    archive.add("a.json", b"{}")
+    unlink = os.unlink
+
+    def raced(path: Any, *, dir_fd: int | None = None) -> None:
+        unlink(path, dir_fd=dir_fd)  # the other export's clean-up gets there first
+        unlink(path, dir_fd=dir_fd)
+
+    monkeypatch.setattr(os, "unlink", raced)
+    archive.abort()
+    assert list(tmp_path.iterdir()) == []
