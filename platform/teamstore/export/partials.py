@@ -37,7 +37,7 @@ def partial_path(target: Path, tag: str) -> Path:
             bytes), or ``target`` names no file (``.``, ``/``).
     """
     if not target.name:
-        raise ExportFailed(f"{target} names a folder that exists, not a new file or folder",
+        raise ExportFailed(f"{target} names no file or folder of its own (it is a folder's own name)",
                            hint="give --output a new path (a name inside that folder)")
     ending = f".{tag}.partial"
     room = _name_max(target.parent) - 1 - len(os.fsencode(ending))
