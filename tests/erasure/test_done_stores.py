@@ -217,8 +217,8 @@ async def test_a_done_bucket_written_at_another_s3_endpoint_is_reported_as_not_r
 
     assert receipt.status is RequestStatus.COMPLETED, receipt
     assert f"{first.url} (not reachable here: it was written at the S3 endpoint {fresh_moto} and this erasure talks " \
-        f"to the S3 endpoint {s3_env}, where a bucket of its name carries no mark of this database's writers there; " \
-        f"a pass with AWS_ENDPOINT_URL_S3={fresh_moto} reaches it)" in (receipt.stores["transcripts"].detail or "")
+        f"to the S3 endpoint {s3_env}, where a bucket of its name carries no mark of this database's writers at " \
+        f"{fresh_moto}; a pass with AWS_ENDPOINT_URL_S3={fresh_moto} reaches it)" in (receipt.stores["transcripts"].detail or "")
     assert receipt.stores["transcripts"].counts.objects == 3  # the restored copy was never listed
     assert await first.list_keys(subject_prefix(subject)) == [f"{subject_prefix(subject)}{RESTORED}"]
     await first.close()
