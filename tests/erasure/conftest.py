@@ -122,3 +122,11 @@ class KeyWaits:
         whole = [line for _, line in self.said if line.startswith("data key destroyed; waiting")]
         left = [float(line.split("waiting the ")[1].split(" ")[0]) for _, line in self.said if "left of" in line]
         return len(whole) == 1 and all(wait < self.cache_seconds - stopped_after + 0.2 for wait in left)
+
+
+@pytest.fixture
+def out(tmp_path: Path) -> Path:
+    """An empty folder exports are written to."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    return folder

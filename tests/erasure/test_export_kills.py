@@ -93,20 +93,16 @@ async def _killed_export(engine: AsyncEngine, database_url: str, target: Path, a
 
 
 async def test_an_export_killed_before_its_record_is_written_leaves_no_temporary_archive(
-    engine: AsyncEngine, database_url: str, tmp_path: Path
+    engine: AsyncEngine, database_url: str, out: Path
 ) -> None:
-    out = tmp_path / "out"
-    out.mkdir()
     assert await _killed_export(engine, database_url, out / "gil.zip", "open") is None
     assert list(out.iterdir()) == []  # nothing no record names
 
 
 @pytest.mark.parametrize("name", ["gil.zip", "gil"])
 async def test_an_export_killed_before_its_archive_is_on_disk_stays_running_beside_its_temporary_archive(
-    engine: AsyncEngine, database_url: str, tmp_path: Path, name: str
+    engine: AsyncEngine, database_url: str, out: Path, name: str
 ) -> None:
-    out = tmp_path / "out"
-    out.mkdir()
     record = await _killed_export(engine, database_url, out / name, "flush")
     assert record is not None and (record["status"], record["manifest"]) == ("running", None)
     left = sorted(p.name for p in out.iterdir())
@@ -122,10 +118,8 @@ async def _lease_passed(engine: AsyncEngine, export_id: str) -> None:
 
 @pytest.mark.parametrize("name", ["gil.zip", "gil"])
 async def test_an_export_killed_outright_is_closed_as_abandoned_by_the_next_which_removes_its_temporary_archive(
-    engine: AsyncEngine, database_url: str, tmp_path: Path, name: str
+    engine: AsyncEngine, database_url: str, tmp_path: Path, out: Path, name: str
 ) -> None:
-    out = tmp_path / "out"
-    out.mkdir()
     record = await _killed_export(engine, database_url, out / name, "flush")
     assert record is not None
     killed = str(record["export_id"])
@@ -193,11 +187,9 @@ async def test_a_running_export_renews_its_lease_so_its_record_is_never_closed_a
 
 
 async def test_an_export_whose_record_was_closed_as_abandoned_fails_and_leaves_no_archive(
-    engine: AsyncEngine, tmp_path: Path
+    engine: AsyncEngine, tmp_path: Path, out: Path
 ) -> None:
     await get_or_create_subject(engine, "gil")
-    out = tmp_path / "out"
-    out.mkdir()
     coordinator = ExportCoordinator(engine, LocalTranscriptStore(tmp_path / "t"), [*store_exporters(), _Stalls()],
                                     load_prices())
     opened: list[str] = []
@@ -229,10 +221,8 @@ async def test_a_record_is_closed_as_abandoned_only_once_its_lease_has_passed_an
 
 @pytest.mark.parametrize("name", ["gil.zip", "gil"])
 async def test_an_export_killed_as_it_records_its_outcome_has_its_whole_archive_in_place(
-    engine: AsyncEngine, database_url: str, tmp_path: Path, name: str
+    engine: AsyncEngine, database_url: str, out: Path, name: str
 ) -> None:
-    out = tmp_path / "out"
-    out.mkdir()
     record = await _killed_export(engine, database_url, out / name, "record")
     assert record is not None and record["status"] == "running"
     assert sorted(p.name for p in out.iterdir()) == [name]  # no temporary archive beside it
@@ -245,7 +235,7 @@ async def test_an_export_killed_as_it_records_its_outcome_has_its_whole_archive_
 
 
 async def test_every_file_and_folder_of_an_archive_is_on_disk_before_its_export_is_recorded(
-    engine: AsyncEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    engine: AsyncEngine, tmp_path: Path, out: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     flushed: list[Path] = []
     fsync = os.fsync
@@ -256,8 +246,6 @@ async def test_every_file_and_folder_of_an_archive_is_on_disk_before_its_export_
 
     monkeypatch.setattr(archive_module.os, "fsync", noted)
     await get_or_create_subject(engine, "gil")
-    out = tmp_path / "out"
-    out.mkdir()
     done = await exporter(engine, LocalTranscriptStore(tmp_path / "t")).run("gil", out / "gil", operator="dpo")
     assert done.path == out / "gil" and (await get_export(engine, done.manifest.export_id) or {})["status"] == "exported"
     (partial,) = {p for p in flushed if p.parent == out and p.name.endswith(".partial")}
@@ -268,15 +256,13 @@ async def test_every_file_and_folder_of_an_archive_is_on_disk_before_its_export_
 
 @pytest.mark.parametrize("name", ["gil.zip", "gil"])
 async def test_an_archive_in_place_is_removed_when_its_export_cannot_be_recorded(
-    engine: AsyncEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+    engine: AsyncEngine, tmp_path: Path, out: Path, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
     async def gone(*_: object, **__: object) -> None:  # the database lost just as the outcome is recorded
         raise StoreUnavailable("could not record the export's manifest", hint="check the database")
 
     monkeypatch.setattr(export_requests_module, "finish_export", gone)
     await get_or_create_subject(engine, "gil")
-    out = tmp_path / "out"
-    out.mkdir()
     with pytest.raises(ExportFailed, match="no archive was written"):
         await exporter(engine, LocalTranscriptStore(tmp_path / "t")).run("gil", out / name, operator="dpo")
     assert list(out.iterdir()) == []
@@ -295,12 +281,10 @@ async def _closed_as_abandoned(engine: AsyncEngine) -> str:
 
 
 async def test_a_killed_exports_temporary_archive_is_removed_even_once_its_target_was_taken_since(
-    engine: AsyncEngine, tmp_path: Path
+    engine: AsyncEngine, tmp_path: Path, out: Path
 ) -> None:
     """Run again at once (the killed one's lease still holding), the export placed its archive at the target; the
     next export to that target is refused, but still removes what the killed one left beside it."""
-    out = tmp_path / "out"
-    out.mkdir()
     killed = await _closed_as_abandoned(engine)
     partial = partials_module.partial_path(out / "gil.zip", killed)
     partial.write_text("part of gil's data")
@@ -313,11 +297,9 @@ async def test_a_killed_exports_temporary_archive_is_removed_even_once_its_targe
 
 
 async def test_a_temporary_archive_whose_export_still_runs_is_left_and_the_export_says_so(
-    engine: AsyncEngine, tmp_path: Path
+    engine: AsyncEngine, tmp_path: Path, out: Path
 ) -> None:
     await get_or_create_subject(engine, "gil")
-    out = tmp_path / "out"
-    out.mkdir()
     running = new_export_id()
     await open_export(engine, running, None, user_id="gil", requested_by=None, operator="dpo", owner="host:1:a")
     partial = partials_module.partial_path(out / "gil.zip", running)
@@ -332,12 +314,10 @@ async def test_a_temporary_archive_whose_export_still_runs_is_left_and_the_expor
 
 
 async def test_a_target_name_as_long_as_the_filesystem_takes_is_exported_to_and_cleaned_up_beside(
-    engine: AsyncEngine, tmp_path: Path
+    engine: AsyncEngine, tmp_path: Path, out: Path
 ) -> None:
     """The temporary name is the target's with the export's id: cut short where the whole would be too long."""
     await get_or_create_subject(engine, "gil")
-    out = tmp_path / "out"
-    out.mkdir()
     killed = await _closed_as_abandoned(engine)
     longest = out / ("é" * 125 + "a.zip")  # 255 bytes, of characters of two
     partial = partials_module.partial_path(longest, killed)
@@ -352,7 +332,7 @@ async def test_a_target_name_as_long_as_the_filesystem_takes_is_exported_to_and_
 
 
 async def test_an_export_whose_outcome_was_recorded_but_not_acknowledged_is_recorded_failed_as_its_archive_goes(
-    engine: AsyncEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    engine: AsyncEngine, tmp_path: Path, out: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The commit landed, the answer did not (the connection dropped after COMMIT, the task cancelled then): the
     archive is removed on the way out, so the record must not say `exported`."""
@@ -366,8 +346,6 @@ async def test_an_export_whose_outcome_was_recorded_but_not_acknowledged_is_reco
 
     monkeypatch.setattr(export_requests_module, "finish_export", unacknowledged)
     await get_or_create_subject(engine, "gil")
-    out = tmp_path / "out"
-    out.mkdir()
     coordinator = exporter(engine, LocalTranscriptStore(tmp_path / "t"))
     opened: list[str] = []
     coordinator.opened = opened.append
@@ -383,11 +361,9 @@ async def test_an_export_whose_outcome_was_recorded_but_not_acknowledged_is_reco
 
 
 async def test_an_export_whose_runner_cannot_be_told_its_id_is_recorded_failed_and_leaves_nothing(
-    engine: AsyncEngine, tmp_path: Path
+    engine: AsyncEngine, tmp_path: Path, out: Path
 ) -> None:
     await get_or_create_subject(engine, "gil")
-    out = tmp_path / "out"
-    out.mkdir()
     coordinator = exporter(engine, LocalTranscriptStore(tmp_path / "t"))
 
     def unwritable(export_id: str) -> None:
@@ -416,11 +392,9 @@ class _StallsAndLosesItsArchive:
 
 
 async def test_an_export_whose_archive_went_with_its_abandoned_record_says_it_was_closed_as_abandoned(
-    engine: AsyncEngine, tmp_path: Path
+    engine: AsyncEngine, tmp_path: Path, out: Path
 ) -> None:
     await get_or_create_subject(engine, "gil")
-    out = tmp_path / "out"
-    out.mkdir()
     coordinator = ExportCoordinator(engine, LocalTranscriptStore(tmp_path / "t"),
                                     [_StallsAndLosesItsArchive(), *store_exporters()], load_prices())
 

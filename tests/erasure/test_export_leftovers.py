@@ -49,10 +49,8 @@ async def test_a_target_with_no_name_is_refused_as_taken_before_anything_is_clea
 
 
 async def test_a_running_exports_temporary_archive_is_warned_of_at_once_even_when_the_export_is_refused(
-    engine: AsyncEngine, tmp_path: Path
+    engine: AsyncEngine, tmp_path: Path, out: Path
 ) -> None:
-    out = tmp_path / "out"
-    out.mkdir()
     running = await _running(engine)
     partials_module.partial_path(out / "gil.zip", running).write_text("part of gil's data")
     (out / "gil.zip").write_text("taken")
@@ -68,12 +66,10 @@ async def test_a_running_exports_temporary_archive_is_warned_of_at_once_even_whe
 
 
 async def test_the_temporary_archive_of_an_export_that_recorded_its_failure_is_removed_by_the_next(
-    engine: AsyncEngine, tmp_path: Path
+    engine: AsyncEngine, tmp_path: Path, out: Path
 ) -> None:
     """Killed as it removed its own, after recording that it failed (or was stopped): its record is over."""
     await get_or_create_subject(engine, "gil")
-    out = tmp_path / "out"
-    out.mkdir()
     failed, running = await _running(engine), await _running(engine)
     assert await fail_export(engine, failed, "transcripts: TranscriptUnavailable", owner="host:1:a")
     for export_id in (failed, running):
@@ -85,10 +81,8 @@ async def test_the_temporary_archive_of_an_export_that_recorded_its_failure_is_r
     assert [w for w in done.warnings if running in w]  # the running one's is left, and said
 
 
-async def test_long_targets_cut_alike_keep_their_own_temporary_archives(engine: AsyncEngine, tmp_path: Path) -> None:
+async def test_long_targets_cut_alike_keep_their_own_temporary_archives(engine: AsyncEngine, tmp_path: Path, out: Path) -> None:
     await get_or_create_subject(engine, "gil")
-    out = tmp_path / "out"
-    out.mkdir()
     one, other = out / ("x" * 240 + "A.zip"), out / ("x" * 240 + "B.zip")
     mine, theirs = await _running(engine), await _running(engine)
     assert await fail_export(engine, mine, "transcripts: TranscriptUnavailable", owner="host:1:a")
@@ -133,7 +127,7 @@ async def test_a_target_behind_a_looping_symlink_is_refused_typed(engine: AsyncE
 
 @pytest.mark.parametrize("name", ["gil.zip", "gil"])
 async def test_an_archive_whose_outcome_may_be_recorded_is_kept_when_its_failure_cannot_be_recorded(
-    engine: AsyncEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+    engine: AsyncEngine, tmp_path: Path, out: Path, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
     """The outcome committed, its answer lost, and the database gone before the failure is recorded: the record
     says `exported`, so the archive it names must stay."""
@@ -149,8 +143,6 @@ async def test_an_archive_whose_outcome_may_be_recorded_is_kept_when_its_failure
     monkeypatch.setattr(export_requests_module, "finish_export", unacknowledged)
     monkeypatch.setattr(export_requests_module, "fail_export", gone)
     await get_or_create_subject(engine, "gil")
-    out = tmp_path / "out"
-    out.mkdir()
     coordinator = exporter(engine, LocalTranscriptStore(tmp_path / "t"))
     opened: list[str] = []
     coordinator.opened = opened.append
