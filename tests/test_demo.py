@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -117,15 +118,20 @@ def test_the_demo_fails_when_its_erasure_does_not_complete(monkeypatch: pytest.M
     assert ended.value.code == 2  # the receipt is shown, and the main job says it did not finish
 
 
-def test_demo_refuses_stores_that_hold_other_teams_or_users(tmp_path: Path) -> None:
-    # Pointed at a service's real stores, it would move their production label and erase their user bob.
+def _commands(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``teamstore`` commands on a home of their own under ``tmp_path``, with no store or exporter configured."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AWS_", "TEAMSTORE_"))}
     env.update(TEAMSTORE_HOME=str(tmp_path / "home"), OPENAI_API_KEY="")
 
     def teamstore(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "teamstore", *args], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=240, check=False)
+    return teamstore
 
+
+def test_demo_refuses_stores_that_hold_other_teams_or_users(tmp_path: Path) -> None:
+    # Pointed at a service's real stores, it would move their production label and erase their user bob.
+    teamstore = _commands(tmp_path)
     for name in ("support_triage", "billing"):
         assert teamstore("registry", "add", name, "--factory", "teamstore.examples:support_triage",
                          "--persist", "researcher", "--message", "v1", "--label", "production").returncode == 0
@@ -137,11 +143,32 @@ def test_demo_refuses_stores_that_hold_other_teams_or_users(tmp_path: Path) -> N
     refused = teamstore("demo")
     said = " ".join(refused.stderr.split())
     assert refused.returncode == 1, refused.stdout
-    assert "1 other team(s) in its registry and 1 other user(s) in its database" in said
+    assert ("1 other team(s) in its registry and 1 version(s) of support_triage or support_escalation it did "
+            "not register and 1 other user(s) in its database and 1 session(s) of alice or bob it did not open") in said
     assert "fix: run it on a throwaway home" in said and "Traceback" not in said
     # Nothing was touched: the real bob keeps his session, the label stays where it was.
     assert teamstore("sessions", "show", "--user", "bob", "--session", "real-1").returncode == 0
     assert teamstore("registry", "show", "support_triage@production", "--json").stdout == labelled
+
+
+def test_demo_refuses_a_home_where_its_team_and_users_are_someone_elses(tmp_path: Path) -> None:
+    # The README's tour in the demo's home: the same team and user names, registered and run by a person. The
+    # demo would move that team's label and erase that bob, sessions it never opened included.
+    teamstore = _commands(tmp_path)
+    assert teamstore("registry", "add", "support_triage", "--factory", "teamstore.examples:support_triage",
+                     "--persist", "researcher", "--message", "first version", "--label", "production").returncode == 0
+    assert teamstore("db", "upgrade").returncode == 0
+    assert teamstore("run", "--team", "support_triage", "--user", "bob", "--session", "real-1", "hi").returncode == 0
+    history = teamstore("registry", "history", "support_triage", "--json").stdout
+
+    refused = teamstore("demo")
+    said = " ".join(refused.stderr.split())
+    assert refused.returncode == 1, refused.stdout
+    assert ("1 version(s) of support_triage or support_escalation it did not register and 1 session(s) of alice "
+            "or bob it did not open") in said
+    assert "other team" not in said and "other user" not in said
+    assert teamstore("sessions", "show", "--user", "bob", "--session", "real-1").returncode == 0
+    assert teamstore("registry", "history", "support_triage", "--json").stdout == history
 
 
 @pytest.mark.postgres

@@ -21,6 +21,7 @@ import asyncio
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -37,7 +38,7 @@ from sqlalchemy import inspect, select
 from config_registry import Registry
 from config_registry.errors import RegistryNotFound
 from teamstore.app import App
-from teamstore.audit.schema import subjects
+from teamstore.audit.schema import subject_sessions, subjects
 from teamstore.db.engine import redact_url
 from teamstore.errors import ConfigurationError, SchemaNotReady
 from teamstore.examples import example_manifest, support_escalation, support_triage, support_triage_v2_renamed
@@ -46,6 +47,7 @@ from teamstore.memory.schema import memories
 from teamstore.runtime.inspect import describe_checkpoint
 from teamstore.settings import Settings
 from teamstore.state.base import SessionKey
+from teamstore.state.schema import quarantine
 from teamstore.state.schema import sessions as sessions_table
 from teamstore.terminal import plain, print_table
 
@@ -56,6 +58,11 @@ TEAM = "support_triage"
 LONG = "support_escalation"
 DEMO_USERS = ("alice", "bob")
 """The users the demo makes (and bob, erases): a database holding any other is not the demo's (:func:`_refuse_others`)."""
+DEMO_SESSIONS = re.compile(r"(ticket-[0-9]{6}-[ab]|case-[0-9]{6})")
+"""The sessions the demo opens for them (:func:`run_demo`): one of theirs by any other id is a real user's."""
+REGISTERED = {TEAM: ("support triage: triage, researcher (persisted), critic", "rename researcher to investigator"),
+              LONG: ("a long escalation, checkpointed after every turn",)}
+"""What the demo registers its teams' versions with: a version of them with another message is someone else's."""
 MODEL_SECONDS = 0.6  # each model call of the long case takes this long, so a worker can be killed mid-run
 LEASE_SECONDS = 3.0  # the killed worker's lease TTL
 
@@ -105,14 +112,13 @@ def _show_run(user: str, text: str, data: dict[str, Any]) -> None:
 
 
 def _register(registry: Registry) -> tuple[str, str]:
-    v1 = registry.add(TEAM, support_triage().dump_component(), example_manifest(TEAM),
-                      "support triage: triage, researcher (persisted), critic", label="production")
+    first, renamed = REGISTERED[TEAM]
+    v1 = registry.add(TEAM, support_triage().dump_component(), example_manifest(TEAM), first, label="production")
     manifest = example_manifest("support_triage_v2_renamed").model_copy(update={"name": TEAM})
-    v2 = registry.add(TEAM, support_triage_v2_renamed().dump_component(), manifest,
-                      "rename researcher to investigator")
+    v2 = registry.add(TEAM, support_triage_v2_renamed().dump_component(), manifest, renamed)
     registry.label(TEAM, v1, "production", reason="demo: production runs v1")
     registry.add(LONG, support_escalation(MODEL_SECONDS).dump_component(), example_manifest(LONG),
-                 "a long escalation, checkpointed after every turn", label="production")
+                 REGISTERED[LONG][0], label="production")
     return v1, v2
 
 
@@ -161,19 +167,16 @@ def _where(settings: Settings) -> None:
 
 def _refuse_others(settings: Settings) -> None:
     """Refuse stores that hold what the demo did not make: it moves its teams' ``production`` label (to a
-    breaking version and back), and erases bob, so pointed at a service's real stores it would break their
+    breaking version and back), and erases bob, so pointed at a service's real stores, or at a home where
+    someone registered ``support_triage`` or ran sessions for alice or bob themselves, it would break their
     sessions and erase a real user of that name. Read-only: it creates no database and no registry.
 
     Raises:
-        ConfigurationError: The registry holds other teams, or the database other users.
+        ConfigurationError: The registry holds other teams or versions the demo did not register, or the
+            database other users or sessions of alice and bob the demo did not open.
     """
-    try:
-        teams = len(set(Registry(settings.resolved_registry_path).names()) - {TEAM, LONG})
-    except RegistryNotFound:
-        teams = 0  # no registry yet
-    users = asyncio.run(_others_users(settings))
-    held = [f"{teams} other team(s) in its registry"] if teams else []
-    held += [f"{users} other user(s) in its database"] if users else []
+    held = [f"{count} {what}" for count, what in (
+        *_others_versions(settings), *asyncio.run(_others_users(settings))) if count]
     if held:
         raise ConfigurationError(
             f"teamstore demo runs on stores of its own, and these hold {' and '.join(held)}: it relabels its "
@@ -183,8 +186,22 @@ def _refuse_others(settings: Settings) -> None:
         )
 
 
-async def _others_users(settings: Settings) -> int:
-    """How many users the database holds besides the demo's own (alice, bob); 0 for no database yet."""
+def _others_versions(settings: Settings) -> list[tuple[int, str]]:
+    """How many teams the registry holds besides the demo's, and versions of the demo's it did not register."""
+    try:
+        registry = Registry(settings.resolved_registry_path)
+        names = set(registry.names())
+    except RegistryNotFound:
+        return []  # no registry yet
+    versions = sum(1 for name in names & REGISTERED.keys() for entry in registry.history(name)
+                   if entry.kind == "version" and entry.message not in REGISTERED[name])
+    return [(len(names - REGISTERED.keys()), "other team(s) in its registry"),
+            (versions, f"version(s) of {' or '.join(REGISTERED)} it did not register")]
+
+
+async def _others_users(settings: Settings) -> list[tuple[int, str]]:
+    """How many users the database holds besides the demo's own (alice, bob), and sessions of theirs the demo
+    did not open; none for no database yet."""
     app = App(settings, must_exist=True)
     try:
         async with app.engine.connect() as conn:
@@ -194,9 +211,21 @@ async def _others_users(settings: Settings) -> int:
                 if table.name in present:
                     query = select(table.c.user_id).where(table.c.user_id.not_in(DEMO_USERS)).distinct().limit(100)
                     users.update((await conn.execute(query)).scalars())
-            return len(users)
+            theirs: set[tuple[str, str]] = set()
+            for table in (sessions_table, quarantine):
+                if table.name in present:
+                    query = select(table.c.user_id, table.c.session_id).where(table.c.user_id.in_(DEMO_USERS))
+                    theirs.update((str(u), str(s)) for u, s in await conn.execute(query.distinct()))
+            if subject_sessions.name in present:  # the ledger's sessions, which outlive the state's rows
+                query = (select(subjects.c.user_id, subject_sessions.c.session_id)
+                         .join(subject_sessions, subject_sessions.c.subject_key == subjects.c.subject_key)
+                         .where(subjects.c.user_id.in_(DEMO_USERS)))
+                theirs.update((str(u), str(s)) for u, s in await conn.execute(query.distinct()))
+            sessions = sum(1 for _user, session in theirs if not DEMO_SESSIONS.fullmatch(session))
+            return [(len(users), "other user(s) in its database"),
+                    (sessions, f"session(s) of {' or '.join(DEMO_USERS)} it did not open")]
     except SchemaNotReady:
-        return 0  # no database file yet: nothing to refuse
+        return []  # no database file yet: nothing to refuse
     finally:
         await app.aclose()
 
