@@ -48,6 +48,7 @@ from teamstore.errors import (
     TranscriptFolderElsewhere,
 )
 from teamstore.events import drain_observers
+from teamstore.export.schema import export_requests
 from teamstore.keys import KeyService
 from teamstore.settings import Settings
 from teamstore.state.schema import quarantine, sessions, store_settings
@@ -465,6 +466,8 @@ async def test_once_every_retention_has_passed_a_user_is_forgotten_whole(
     await platform.aclose()
     async with engine.begin() as conn:  # expired on the database's clock, which the session sweep reads
         await conn.execute(update(sessions).values(expires_at=await database_now(engine) - timedelta(days=1)))
+        # The seeded export was killed long since: its lease passed (the same clock), so it keeps no one.
+        await conn.execute(update(export_requests).values(lease_until=export_requests.c.started_at))
     keys = KeyService.from_settings(engine, Settings())
     later = await database_now(engine) + timedelta(days=4000)
 

@@ -28,11 +28,13 @@ import teamstore.export.requests as export_requests_module
 from teamstore.audit.prices import load_prices
 from teamstore.audit.subjects import get_or_create_subject
 from teamstore.audit.transcripts.local import LocalTranscriptStore
-from teamstore.db.clock import utc
+from teamstore.db.clock import database_now, utc
+from teamstore.erasure.quiet import forget_quiet_users
 from teamstore.errors import ExportFailed, ExportTargetExists, StoreUnavailable
 from teamstore.export import ExportContext, ExportCoordinator, Section, store_exporters
 from teamstore.export.archive import Writable
 from teamstore.export.requests import (
+    abandoned_detail,
     close_abandoned,
     export_status,
     get_export,
@@ -41,6 +43,8 @@ from teamstore.export.requests import (
     renew,
 )
 from teamstore.export.schema import export_requests
+from teamstore.keys import KeyService
+from teamstore.settings import Settings
 from tests.erasure.test_export import exporter, loaded, unpack
 
 # Exports user gil from the migrated database argv[1] into argv[2], and dies (SIGKILL) at argv[3]: "open", as its
@@ -461,3 +465,44 @@ async def test_an_export_stops_at_its_next_store_once_a_renewal_finds_its_record
         await coordinator.run("gil", tmp_path / "gil.zip", operator="dpo")
 
     assert not Next.reached and list(tmp_path.glob("*gil.zip*")) == []
+
+
+async def _forget_gil(engine: AsyncEngine, tmp_path: Path) -> int:
+    """The retention sweep's forgetting of quiet users, past the hour a new subject is spared; how many it forgot."""
+    keys = KeyService.from_settings(engine, Settings(key_cache_seconds=0))
+    later = await database_now(engine) + timedelta(days=1)
+    return (await forget_quiet_users(engine, LocalTranscriptStore(tmp_path / "t"), keys, grace_seconds=0,
+                                     now=later)).forgotten
+
+
+async def test_a_long_export_whose_lease_holds_keeps_its_user_from_the_retention_sweep_however_long_ago_it_began(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    # The sweep took a record still `running` a day after it began for a killed export, and forgot its user under
+    # an export that still renewed its lease (one of a user with years of transcripts, say).
+    subject_key = await get_or_create_subject(engine, "gil")
+    export_id = new_export_id()
+    await open_export(engine, export_id, subject_key, user_id="gil", requested_by=None, operator="dpo",
+                      owner="host:1:a")
+    async with engine.begin() as conn:
+        await conn.execute(update(export_requests).values(started_at=datetime.now(UTC) - timedelta(days=2)))
+
+    assert await _forget_gil(engine, tmp_path) == 0
+    assert await get_or_create_subject(engine, "gil") == subject_key
+    assert (await get_export(engine, export_id) or {})["status"] == "running"
+
+
+async def test_an_export_whose_lease_has_passed_keeps_no_user_from_the_retention_sweep_which_closes_it_as_abandoned(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    # The sweep took such a record for an export under way until a day after it began.
+    export_id = new_export_id()
+    await open_export(engine, export_id, await get_or_create_subject(engine, "gil"), user_id="gil",
+                      requested_by=None, operator="dpo", owner="host:1:a")
+    await _lease_passed(engine, export_id)
+
+    assert await _forget_gil(engine, tmp_path) == 1
+    closed = await get_export(engine, export_id) or {}
+    assert (closed["status"], closed["subject_key"]) == ("failed", None)  # closed, and unlinked with its user
+    assert str(closed["detail"]) == abandoned_detail(export_id)
+    assert utc(closed["finished_at"]) == utc(closed["lease_until"])

@@ -56,6 +56,7 @@ from teamstore.erasure.schema import erasure_requests
 from teamstore.erasure.steps.base import StepContext
 from teamstore.erasure.steps.database import exports_step
 from teamstore.errors import StoreUnavailable
+from teamstore.export import requests as exports
 from teamstore.export.schema import export_requests
 from teamstore.keys.schema import data_keys
 from teamstore.keys.service import KeyService
@@ -66,9 +67,6 @@ from teamstore.state.schema import quarantine, sessions
 NEW_SUBJECT = timedelta(hours=1)
 """A subject or data key younger than this is never forgotten: a first session makes both just before it takes
 its lease, so for a moment a brand-new user has nothing else stored."""
-EXPORT_RUNS = timedelta(days=1)
-"""An export record still ``running`` this long after it began was killed (SIGKILL, a crash): it no longer keeps
-its user from being forgotten."""
 BATCH = 200
 """Users fenced, checked and forgotten together (one grace and one key-cache wait per batch)."""
 LOCK = "retention-forgetting"
@@ -90,10 +88,12 @@ class Quiet:
 @dataclass(frozen=True)
 class _Rule:
     """What makes a user quiet in this pass: a subject and key made before ``before``, and nothing stored, a record
-    of a forget counted unless ``memory_sealed`` (every memory writer seals under the data key the sweep destroys)."""
+    of a forget counted unless ``memory_sealed`` (every memory writer seals under the data key the sweep destroys);
+    ``dialect`` is the database's, whose clock an export's lease is read on."""
 
     before: datetime
     memory_sealed: bool
+    dialect: str
 
 
 @dataclass(frozen=True)
@@ -106,9 +106,9 @@ def _nothing_stored(
     user_id: ColumnElement[str], subject_key: ColumnElement[str | None], rule: _Rule, *, fenced: bool = False
 ) -> ColumnElement[bool]:
     """Nothing of the user left in any table of the database (transcript stores are listed apart), no erasure
-    request naming them, no export of theirs under way (one still ``running`` that began less than
-    :data:`EXPORT_RUNS` before ``rule.before``; an older one was killed), and no hold on them (``fenced``: none but
-    the sweep's)."""
+    request naming them, no export of theirs under way (one ``running`` whose lease holds:
+    :func:`teamstore.export.requests.alive`; one whose lease passed was killed), and no hold on them (``fenced``:
+    none but the sweep's)."""
     # The record of a forget (ts_user_memory_forgets) stops the writer of a session opened before it. A writer that
     # seals stops once the sweep destroys its data key, so with ``memory_sealed`` the record goes with the user's
     # ids (_forget); a writer without a key (a store built without a key service) only the record stops: it keeps
@@ -119,8 +119,7 @@ def _nothing_stored(
     by_subject = [exists().where(table.c.subject_key == subject_key)
                   for table in (outbox, usage, subject_sessions, rewrites)]
     requests = exists().where(or_(erasure_requests.c.user_id == user_id, erasure_requests.c.subject_key == subject_key))
-    exporting = exists().where(export_requests.c.subject_key == subject_key, export_requests.c.status == "running",
-                       export_requests.c.started_at >= rule.before - EXPORT_RUNS)
+    exporting = exists().where(export_requests.c.subject_key == subject_key, exports.alive(rule.dialect))
     holds = exists().where(user_holds.c.user_id == user_id, *([user_holds.c.reason != RETENTION] if fenced else []))
     return not_(or_(*by_user, *by_subject, requests, exporting, holds))
 
@@ -178,8 +177,20 @@ async def forget_quiet_users(
         if not mine:
             log.warning("retention sweep: another sweep is forgetting quiet users; this one leaves them to it")
             return Quiet(0, 0, busy=True)
+        await _close_abandoned_exports(engine)
         return await _forget_quiet(engine, store, keys, grace_seconds,
-                                   _Rule((now or datetime.now(UTC)) - NEW_SUBJECT, memory_sealed))
+                                   _Rule((now or datetime.now(UTC)) - NEW_SUBJECT, memory_sealed, engine.dialect.name))
+
+
+async def _close_abandoned_exports(engine: AsyncEngine) -> None:
+    """Close the records of exports killed outright (their lease passed) as the next export would
+    (:func:`teamstore.export.requests.close_abandoned`): such a record keeps no user, and says so before the
+    user's forgetting unlinks it."""
+    try:
+        await exports.close_abandoned(engine)
+    except StoreUnavailable as exc:
+        raise StoreUnavailable(f"the retention sweep {exc.message}",
+                               hint="check the database and run the sweep again (it resumes with what is left)") from exc
 
 
 async def _forget_quiet(

@@ -42,7 +42,7 @@ RUNNING, EXPORTED, NO_MATCH, FAILED = "running", "exported", "no_match", "failed
 LEASE_SECONDS = 120.0
 """How long an export is taken for alive after it last renewed its lease (it renews every third of this)."""
 NO_LEASE = timedelta(days=1)
-"""How long after it began a record with no lease is taken for alive (the retention sweep's bound on exports)."""
+"""How long after it began a record with no lease is taken for alive."""
 ABANDONED = "abandoned"
 """How the ``detail`` of a record closed by :func:`close_abandoned` begins."""
 
@@ -189,6 +189,14 @@ def abandoned(dialect: str) -> ColumnElement[bool]:
     e = export_requests.c
     return and_(e.status == RUNNING, or_(e.lease_until < shared_now(dialect), and_(
         e.lease_until.is_(None), e.started_at < shared_later(dialect, -NO_LEASE))))
+
+
+def alive(dialect: str) -> ColumnElement[bool]:
+    """A record ``running`` whose lease holds (on the database's clock): its export may still be writing. The
+    complement of :func:`abandoned` among ``running`` records, written out so that no NULL makes it unknown."""
+    e = export_requests.c
+    return and_(e.status == RUNNING, or_(e.lease_until >= shared_now(dialect), and_(
+        e.lease_until.is_(None), e.started_at >= shared_later(dialect, -NO_LEASE))))
 
 
 def _lease_end(lease_until: datetime | None, started_at: datetime) -> datetime:
