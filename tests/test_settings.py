@@ -61,6 +61,26 @@ def test_a_bad_erasure_setting_is_a_configuration_error_naming_it(
         ErasureSettings()
 
 
+@pytest.mark.parametrize("value", ["0", "-1", "0.5", "abc", "1e9", "inf", "nan"])
+def test_a_bad_export_lease_is_a_configuration_error_naming_the_variable_and_what_it_takes(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("TEAMSTORE_EXPORT_LEASE_SECONDS", value)
+    with pytest.raises(ConfigurationError) as info:
+        Settings()
+    assert f"TEAMSTORE_EXPORT_LEASE_SECONDS='{value}': takes a number of seconds from 1 to 86400" in info.value.message
+    assert info.value.hint
+
+
+def test_an_export_lease_set_is_read_and_an_empty_one_is_the_default_as_every_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TEAMSTORE_EXPORT_LEASE_SECONDS", "600")
+    assert Settings().export_lease_seconds == 600
+    monkeypatch.setenv("TEAMSTORE_EXPORT_LEASE_SECONDS", "")  # an unset "$LEASE" in a template
+    assert Settings().export_lease_seconds == 120
+
+
 def test_a_mistyped_setting_given_in_code_is_refused_with_the_name_it_may_mean(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

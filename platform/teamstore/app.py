@@ -257,7 +257,7 @@ class App:
         if isinstance(self.transcript_store, LocalTranscriptStore):
             keep_out.append(self.transcript_store.root)
         return ExportCoordinator(self.engine, self.transcript_store, exporters, load_prices(self.settings.prices_path),
-                                 keys=self.keys, keep_out=keep_out)
+                                 keys=self.keys, keep_out=keep_out, lease_seconds=self.settings.export_lease_seconds)
 
     async def ensure_schema(self, *, lease: bool = False) -> None:
         """Migrate the embedded database (or any, with ``TEAMSTORE_AUTO_MIGRATE``), else check it is current.

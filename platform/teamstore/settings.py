@@ -20,12 +20,19 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, ValidatorFunctionWrapHandler, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from config_registry.errors import validation_message
 from teamstore.errors import ConfigurationError
 from teamstore.limits import MAX_DAYS, MAX_LEASE_WAIT, MAX_SESSIONS_BOUND, MAX_TEXT_BYTES
+
+EXPORT_LEASE_SECONDS = 120.0
+"""An export's lease unless ``TEAMSTORE_EXPORT_LEASE_SECONDS`` says otherwise (seconds)."""
+EXPORT_LEASE_RANGE = (1.0, 86_400.0)
+"""The export leases the setting takes (seconds): one is renewed every third of its length, so a shorter one writes
+to the database several times a second; a longer one keeps a killed export's record ``running``, and its user from
+the retention sweep, for more than a day."""
 
 _ASYNC_DRIVERS = {
     "postgres": "postgresql+psycopg",
@@ -102,6 +109,11 @@ class Settings(TypedSettings):
         default=300.0, gt=0, le=86_400,
         description="An open session renews its lease every third of this; a worker that stops renewing "
         "(crashed, hung) loses the session after it, and its late save is refused.",
+    )
+    export_lease_seconds: float = Field(
+        default=EXPORT_LEASE_SECONDS,
+        description="A running export renews its record's lease every third of this; a killed export's record "
+        "reads as abandoned once it has passed (its range is checked by _export_lease).",
     )
     db_pool_size: int = Field(
         default=20, gt=0, description="Postgres: the state store's connection pool, and the audit's (each of its "
@@ -180,6 +192,20 @@ class Settings(TypedSettings):
     @classmethod
     def _expand(cls, value: Path | None) -> Path | None:
         return value.expanduser() if value is not None else None
+
+    @field_validator("export_lease_seconds", mode="wrap")
+    @classmethod
+    def _export_lease(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> float:
+        # One message for every bad value, not a number included, so that it always says what the setting takes.
+        try:
+            seconds = float(handler(value))
+        except ValidationError:
+            seconds = float("nan")
+        low, high = EXPORT_LEASE_RANGE
+        if not low <= seconds <= high:  # nan too
+            raise ValueError(f"takes a number of seconds from {low:g} to {high:g} (a day); unset, "
+                             f"{EXPORT_LEASE_SECONDS:g}")
+        return seconds
 
     @field_validator("database_url", mode="after")
     @classmethod

@@ -620,6 +620,28 @@ def test_export_status_refuses_an_id_teamstore_never_makes_and_names_an_unknown_
     assert missing.exit_code == 1 and "Missing option '--user'" in missing.stderr
 
 
+def test_an_export_holds_the_lease_its_setting_names_and_a_bad_one_is_refused_before_anything_is_read(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _populate("lim")
+    monkeypatch.setenv("TEAMSTORE_EXPORT_LEASE_SECONDS", "0")
+    refused = cli("export", "--user", "lim", "--output", str(tmp_path / "lim.zip"))
+    assert refused.exit_code == 1 and "TEAMSTORE_EXPORT_LEASE_SECONDS='0': takes a number of seconds from 1 to 86400" \
+        in refused.stderr
+    monkeypatch.setenv("TEAMSTORE_EXPORT_LEASE_SECONDS", "7200")
+
+    assert cli("export", "--user", "lim", "--output", str(tmp_path / "lim.zip")).exit_code == 0
+
+    (record,) = _export_records()  # none of the refused one
+    lease = _aware(record["lease_until"]) - _aware(record["started_at"])
+    assert timedelta(hours=1) < lease < timedelta(hours=3)  # its last renewal's (the default lasts two minutes)
+
+
+def _aware(value: object) -> datetime:
+    assert isinstance(value, datetime)
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
 def _export_records() -> list[dict[str, object]]:
     async def go() -> list[dict[str, object]]:
         from sqlalchemy import select

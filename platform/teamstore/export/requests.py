@@ -37,10 +37,12 @@ from teamstore.db.engine import describe_failure
 from teamstore.db.fence import held
 from teamstore.errors import ExportFailed, ExportNotFound, InvalidIdentifier, StoreUnavailable
 from teamstore.export.schema import export_requests
+from teamstore.settings import EXPORT_LEASE_SECONDS
 
 RUNNING, EXPORTED, NO_MATCH, FAILED = "running", "exported", "no_match", "failed"
-LEASE_SECONDS = 120.0
-"""How long an export is taken for alive after it last renewed its lease (it renews every third of this)."""
+LEASE_SECONDS = EXPORT_LEASE_SECONDS
+"""How long an export is taken for alive after it last renewed its lease (it renews every third of this), unless
+its coordinator is given another (``TEAMSTORE_EXPORT_LEASE_SECONDS``, through the composition root)."""
 NO_LEASE = timedelta(days=1)
 """How long after it began a record with no lease is taken for alive."""
 ABANDONED = "abandoned"
