@@ -506,3 +506,23 @@ async def test_an_export_whose_lease_has_passed_keeps_no_user_from_the_retention
     assert (closed["status"], closed["subject_key"]) == ("failed", None)  # closed, and unlinked with its user
     assert str(closed["detail"]) == abandoned_detail(export_id)
     assert utc(closed["finished_at"]) == utc(closed["lease_until"])
+
+
+async def test_exports_json_lists_each_earlier_export_with_why_it_ended_as_export_status_says_it(
+    engine: AsyncEngine, tmp_path: Path, out: Path
+) -> None:
+    # It listed when, who and the status only: an abandoned export's archive left beside a target went unsaid.
+    subject_key = await get_or_create_subject(engine, "gil")
+    killed, failed = new_export_id(), new_export_id()
+    for export_id in (killed, failed):
+        await open_export(engine, export_id, subject_key, user_id="gil", requested_by="ticket 7", operator="dpo",
+                          owner="host:1:a")
+    await _lease_passed(engine, killed)
+    await export_requests_module.fail_export(engine, failed, "memory: OSError", owner="host:1:a")
+
+    done = await exporter(engine, LocalTranscriptStore(tmp_path / "t")).run("gil", out / "gil.zip", operator="dpo")
+
+    earlier = loaded(unpack(done.path), "exports.json")["earlier_exports"]
+    details = {row["export_id"]: (row["status"], row["detail"]) for row in earlier}
+    assert details == {killed: ("failed", abandoned_detail(killed)), failed: ("failed", "memory: OSError")}
+    assert details[killed][1] == (await export_status(engine, killed))["detail"]

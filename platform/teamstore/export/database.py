@@ -306,14 +306,17 @@ class DataKeyRows:
 
 
 class ExportRows:
-    """The record of earlier exports of the user (when, at whose request, by whom, what they covered)."""
+    """The record of earlier exports of the user (when, at whose request, by whom, how each ended and why)."""
 
     name = "exports"
 
     async def export(self, ctx: ExportContext, archive: Archive) -> Section:
-        """Write the earlier exports' records (this one's is in its manifest)."""
+        """Write the earlier exports' records (this one's is in its manifest), each with its ``detail`` as
+        ``teamstore export status`` shows it: fixed text (where a failed one failed and the error's type, where a
+        stopped one stopped, what to do with an abandoned one's temporary archive), never an error's message."""
         e = export_requests.c
-        query = select(e.export_id, e.requested_by, e.operator, e.status, e.started_at, e.finished_at).where(
+        query = select(e.export_id, e.requested_by, e.operator, e.status, e.started_at, e.finished_at,
+                       e.detail).where(
             _by_subject(export_requests)(ctx), e.export_id != ctx.export_id).order_by(e.started_at)
         rows = await read(ctx.engine, query, self.name)
         return archive.add_json("exports.json", {"earlier_exports": rows}, records=len(rows))

@@ -53,7 +53,8 @@ ABOUT: dict[str, str] = {
                    "(\"tokens\"), when, in which conversation and what it cost; and the totals.",
     "subject.json": "The code name our records use for you instead of your user id, and where the records of "
                     "your conversations are kept.",
-    "exports.json": "The earlier copies of your data we made: when, who asked for each and who made it.",
+    "exports.json": "The earlier copies of your data we made: when, who asked for each and who made it, and for "
+                    "one that did not finish, why (\"detail\").",
     "erasure_requests.json": "A request to delete your data that is still under way, if there is one.",
     "manifest.json": "The receipt of this copy: which of our stores it covers, how many records each gave, and a "
                      "checksum (SHA-256) of every other file, so anyone can check that no file was changed "
