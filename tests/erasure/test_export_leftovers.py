@@ -157,6 +157,54 @@ async def test_an_archive_whose_outcome_may_be_recorded_is_kept_when_its_failure
         assert (await conn.execute(select(export_requests.c.status))).scalars().all() == ["exported"]
 
 
+def _open_unanswered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The export's record is written, and the answer to its commit lost (the connection dropped)."""
+    open_as_it_is = export_requests_module.open_export
+
+    async def unanswered(*args: Any, **kwargs: Any) -> Any:
+        await open_as_it_is(*args, **kwargs)
+        raise StoreUnavailable("could not record the export: connection lost", hint="check it")
+
+    monkeypatch.setattr(export_requests_module, "open_export", unanswered)
+
+
+async def test_an_export_whose_record_was_written_but_unanswered_closes_it_at_once_not_when_its_lease_passes(
+    engine: AsyncEngine, tmp_path: Path, out: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its record said `running` for the whole lease, as if the export had been killed.
+    _open_unanswered(monkeypatch)
+    await get_or_create_subject(engine, "gil")
+
+    with pytest.raises(StoreUnavailable, match="connection lost"):
+        await exporter(engine, LocalTranscriptStore(tmp_path / "t")).run("gil", out / "gil.zip", operator="dpo")
+
+    async with engine.connect() as conn:
+        rows = (await conn.execute(select(export_requests.c.status, export_requests.c.detail))).all()
+    assert [tuple(row) for row in rows] == [("failed", "as it began: StoreUnavailable")]
+    assert list(out.iterdir()) == []
+
+
+async def test_an_export_whose_record_may_be_written_and_whose_failure_cannot_be_names_the_id_to_check(
+    engine: AsyncEngine, tmp_path: Path, out: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _open_unanswered(monkeypatch)
+
+    async def gone(*_: Any, **__: Any) -> bool:
+        raise StoreUnavailable("could not record the export's failure: connection refused", hint="check it")
+
+    monkeypatch.setattr(export_requests_module, "fail_export", gone)
+    await get_or_create_subject(engine, "gil")
+
+    with pytest.raises(StoreUnavailable, match="may have been written all the same") as raised:
+        await exporter(engine, LocalTranscriptStore(tmp_path / "t")).run("gil", out / "gil.zip", operator="dpo")
+
+    async with engine.connect() as conn:
+        (export_id,) = (await conn.execute(select(export_requests.c.export_id))).scalars().all()
+    assert export_id in raised.value.message and f"teamstore export status {export_id}" in str(raised.value.hint)
+    assert (await get_export(engine, export_id) or {})["status"] == "running"  # until its lease passes
+    assert list(out.iterdir()) == []
+
+
 def _export(tmp_path: Path, *args: str, stdout: Any = subprocess.PIPE, stderr: Any = subprocess.PIPE,
             ) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run([sys.executable, "-m", "teamstore", "export", *args], stdout=stdout, stderr=stderr,

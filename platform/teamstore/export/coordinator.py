@@ -231,6 +231,11 @@ class ExportCoordinator:
         except _STOPS:  # the record may have been written just before the stop
             await self._stopped(export_id, "as it began")
             raise
+        except Exception as exc:  # written, perhaps, and its answer lost (the connection dropped after the commit)
+            if await self._record_failure(export_id, f"as it began: {type(exc).__name__}") is None and isinstance(
+                    exc, StoreUnavailable):
+                raise _open_unknown(export_id, exc) from exc
+            raise
         if self.opened is not None:
             async with self._failure_recorded(export_id, "as it began", "as it began"):
                 self.opened(export_id)
@@ -378,6 +383,16 @@ class ExportCoordinator:
             log.warning("export %s: could not record its failure: %s", log_name(export_id, self._log_key),
                         recording.message)
             return None
+
+
+def _open_unknown(export_id: str, exc: StoreUnavailable) -> StoreUnavailable:
+    """The failure of an export whose record may have been written before the database stopped answering, when
+    its failure could not be recorded either: the id is named, since nothing else has said it yet."""
+    return StoreUnavailable(
+        f"{exc.message}; the record of the export {export_id} may have been written all the same (nothing was read "
+        "and no archive begun)",
+        hint=f"check the database, then export again; `teamstore export status {export_id}` says whether a record "
+             "was left: one `running` reads as abandoned once its lease passes, and the next export closes it")
 
 
 def _outcome_unknown(export_id: str, target: Path, exc: TeamstoreError) -> ExportOutcomeUnknown:
