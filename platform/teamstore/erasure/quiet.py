@@ -4,19 +4,20 @@
 
     report = await forget_quiet_users(engine, store, keys, grace_seconds=2.5)   # report.forgotten: how many
 
-``teamstore retention sweep`` runs it after its other sweeps. A user is quiet when nothing of theirs is left in
-any store: no stored or quarantined session, no memory or fact, no transcript queued or in doubt in the outbox,
-no ledger row, recorded session id or record of a transcript written again, and no transcript in the store this
-process talks to (listed under the subject's prefix, as an erasure verifies it), which must be the only store
-their transcripts went to. A user an erasure or export request is open for, or was ever asked for by a request
-that still names them, is left alone. For a quiet user the subject mapping (``ts_subjects``: the raw id and the
-subject key), the data key (``ts_data_keys``: the raw id, so any copy left in a backup or under Object Lock is
-beyond use) and the record of their transcript stores go, and the records of their exports are unlinked as an
-erasure unlinks them. The records of when they forgot memory (``ts_user_memory_forgets``, kept to stop the writer
-of a session opened before the forget) go too when the caller says every memory writer seals (``memory_sealed``:
-the key's destruction stops them); otherwise such a record keeps its user until its own 30 days are out. A forget
-under way as the sweep destroys the key or forgets the user commits first (the sweep takes the user's memory
-writes lock alone, on Postgres), so its record goes too.
+``teamstore retention sweep`` runs it after its other sweeps. A user is quiet when nothing of theirs is left in any
+store: no stored or quarantined session, no memory or fact, no transcript queued or in doubt in the outbox, no
+ledger row, recorded session id or record of a transcript written again, and no transcript in the store this process
+talks to (listed under the subject's prefix, as an erasure verifies it), which must be the only store their
+transcripts went to. A user an erasure or export request is open for, or was ever asked for by a request that still
+names them, is left alone; an export is open while its record's lease holds, and one whose lease passed (killed
+outright) is closed first, as the next export would close it. For a quiet user the subject mapping (``ts_subjects``:
+the raw id and the subject key), the data key (``ts_data_keys``: the raw id, so any copy left in a backup or under
+Object Lock is beyond use) and the record of their transcript stores go, and the records of their exports are
+unlinked as an erasure unlinks them. The records of when they forgot memory (``ts_user_memory_forgets``, kept to
+stop the writer of a session opened before the forget) go too when the caller says every memory writer seals
+(``memory_sealed``: the key's destruction stops them); otherwise such a record keeps its user until its own 30 days
+are out. A forget under way as the sweep destroys the key or forgets the user commits first (the sweep takes the
+user's memory writes lock alone, on Postgres), so its record goes too.
 
 It reuses the erasure's fence (:mod:`teamstore.db.fence`), with a hold of its own reason and no request: the
 holds go up only while nothing remains (checked in the insert's statement), then, after ``grace_seconds`` for
