@@ -8,7 +8,7 @@ its field is called, so that :mod:`config_registry.secrets` can refuse it.
     command_line_credential("tool --api-key 1a2b3c4d serve")  # "the value of the flag '--api-key', inside a command line"
 
 A credential is recognised by its name (a field, header, variable or flag that means a credential,
-:func:`~config_registry.names.is_secret_field`), by its shape (:func:`known_shape`: detect-secrets' detectors and a few of our own),
+:func:`~config_registry.names.is_secret_field`), by its shape (:func:`~config_registry.shapes.known_shape`: detect-secrets' detectors and a few of our own),
 in a URL (:func:`url_credential`), in a connection string or a variable set as a shell sets it
 (:func:`value_credential`), or in a command line (:func:`flag_credential`, :func:`command_line_credential`,
 and one kept in an environment variable: :func:`environment_value_credential`).
@@ -17,10 +17,6 @@ Each answers with what it found, for the error message, or ``None``; nothing her
 
 from __future__ import annotations
 
-import functools
-import importlib
-import inspect
-import pkgutil
 import re
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -40,25 +36,20 @@ from config_registry.placeholders import (
     variable_left_out,
 )
 from config_registry.programs import program_passwords
+from config_registry.shapes import known_shape
 from config_registry.shell import command_word, decoded_script, encoded_script_at, scripts, simple_commands
 from config_registry.shell import words as shell_words
+from config_registry.stores import names_secrets_id, names_stored_secret
 
 # Query parameter names that carry a credential in signed and keyed URLs: Azure SAS ``sig``, Azure
 # Functions ``code``, S3's ``X-Amz-Signature``, Google's ``key``.
 _SECRET_QUERY = re.compile(r"key|code|sig|(.*[_-])?signature", re.IGNORECASE)
-# Values that are a credential whatever the field is called: an HTTP authorization value, and the key
-# shapes detect-secrets does not know (its OpenAI detector knows only keys with the 'T3BlbkFJ' marker):
-# OpenAI and Anthropic ``sk-``, Google ``AIza``, Hugging Face ``hf_``, GitHub's fine-grained tokens.
+# A value that is a credential whatever the field is called: an HTTP authorization value (and a known shape:
+# :mod:`config_registry.shapes`).
 _AUTHORIZATION_VALUE = re.compile(r"(bearer|basic|token)\s+\S{8,}", re.IGNORECASE)
 # A bearer token quoted inside other text (a prompt telling a tool which header to send, a commit message):
 # 16+ token characters with a digit in them ("the Bearer of bad news" is prose).
 _BEARER_IN_TEXT = re.compile(r"(?<![A-Za-z])bearer\s+([A-Za-z0-9._~+/-]{16,}=*)(?![A-Za-z0-9._~+/=-])", re.IGNORECASE)
-_KEY_SHAPE = re.compile(
-    r"(?<![A-Za-z0-9_-])(sk-[A-Za-z0-9_-]{20,}|github_pat_[A-Za-z0-9_]{30,}|AIza[0-9A-Za-z_-]{35}|"
-    r"hf_[A-Za-z0-9]{30,})"
-)
-# detect-secrets detectors left out: a public IP address in an endpoint is no secret.
-_NOT_CREDENTIAL_DETECTORS = frozenset({"IPPublicDetector"})
 # A command-line flag in an argument list (an MCP stdio server's ``args``): ``--api-key=VALUE`` or
 # ``--token`` followed by the value.
 # A flag, with the value given in the same word: after "=", or (PowerShell's "-Password:VALUE") after ":".
@@ -94,21 +85,6 @@ _PRINTS = re.compile(r"(?:.*[/\\])?(?:echo|printf)(?:\.exe)?", re.IGNORECASE | r
 _REDIRECTION = re.compile(r"\d*[<>]+&?\d*")
 # A URL's path and query without its scheme and host (an HttpTool's ``path``: ``/v1/search?api_key=...``).
 _URL_PATH = re.compile(r"/\S*[?#]\S*\Z")
-# The last words of a name whose value names a secret a secret store keeps (names_stored_secret): "SECRET_ID".
-_SECRET_REFERENCE_LAST = frozenset({"id", "arn", "ref", "reference"})
-_SECRET_STORE_NAMES = (
-    re.compile(r"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[A-Za-z0-9/_+=.@!-]+(?::[A-Za-z0-9_.-]*){0,3}"),
-    re.compile(r"projects/[A-Za-z0-9_-]+(?:/locations/[a-z0-9-]+)?/secrets/[A-Za-z0-9_-]+"
-               r"(?:/versions/(?:latest|\d+))?"),
-    re.compile(r"https://[a-z0-9-]+\.vault\.(?:azure\.net|usgovcloudapi\.net|azure\.cn)/secrets/[A-Za-z0-9-]+"
-               r"(?:/[0-9a-f]{32})?/?"),
-    re.compile(r"op://[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+){2,3}"),  # no space: an item's id, or a name without one
-)
-_SECRET_PATH = re.compile(r"[A-Za-z0-9/_.-]{3,512}")  # no symbol a password takes (@, !, +, =, a space)
-_PATH_WORD_SEPARATORS = re.compile(r"[-_.]")
-# A word of a secret's name: lower, upper or camel case, then one digit at most; two letters at least, or one and a
-# digit.
-_NAME_WORD = re.compile(r"(?=[A-Za-z]{2}|[A-Za-z]\d)(?:[a-z]+|[A-Z]+|[A-Z]?[a-z]+(?:[A-Z][a-z]+)*)\d?")
 
 
 def url_credential(value: str) -> str | None:
@@ -159,7 +135,7 @@ def value_credential(value: str) -> str | None:
 
 def shape_credential(value: str) -> str | None:
     """What in ``value`` is a credential by its shape alone, wherever it stands in the text: an authorization
-    value (``Bearer ...``, also a bearer token quoted in other text) or a :func:`known_shape`; ``None``
+    value (``Bearer ...``, also a bearer token quoted in other text) or a :func:`~config_registry.shapes.known_shape`; ``None``
     otherwise."""
     authorization = _AUTHORIZATION_VALUE.fullmatch(value.strip())
     if authorization and _looks_random(value.split()[-1]):
@@ -206,41 +182,6 @@ def _connection_credential(value: str) -> str | None:
         if secret and is_secret_field(name) and not left_out(secret) and not holds_no_credential(name, secret):
             return f"a connection string's {name!r}"
     return None
-
-
-def known_shape(value: str) -> str | None:
-    """The kind of credential ``value`` holds by its shape (``"GitHub Token"``, ``"JSON Web Token"``,
-    ``"Private Key"``, ``"API key"`` ...), or ``None``.
-
-    The shapes are detect-secrets' regex detectors (its entropy and keyword detectors are made for source
-    files: they flag ordinary prose and miss header names), plus the few key shapes it lacks.
-    """
-    for detector in _detectors():
-        if next(iter(detector.analyze_string(value)), None) is not None:
-            return str(detector.secret_type)
-    # Random keys have digits; 'sk-learn-compatible-...' in a prompt is a word.
-    if any(not key.startswith("sk-") or any(c.isdigit() for c in key) for key in _KEY_SHAPE.findall(value)):
-        return "API key"
-    return None
-
-
-@functools.cache
-def _detectors() -> tuple[Any, ...]:
-    """One instance of every regex detector detect-secrets ships (imported on first use: only
-    registration needs them). Its detectors keep no state and read no settings."""
-    import detect_secrets.plugins
-    from detect_secrets.plugins.base import RegexBasedDetector
-
-    for module in pkgutil.iter_modules(detect_secrets.plugins.__path__):
-        importlib.import_module(f"detect_secrets.plugins.{module.name}")
-    found: list[type[RegexBasedDetector]] = []
-    pending = list(RegexBasedDetector.__subclasses__())
-    while pending:
-        detector = pending.pop(0)
-        pending.extend(detector.__subclasses__())
-        if detector.__name__ not in _NOT_CREDENTIAL_DETECTORS and not inspect.isabstract(detector):
-            found.append(detector)
-    return tuple(detector() for detector in sorted(found, key=lambda d: d.__name__))
 
 
 def _looks_random(text: str) -> bool:
@@ -431,39 +372,6 @@ def is_reference_setting(name: str, value: str) -> bool:
         return False
     google = words == _GOOGLE_CREDENTIALS and value.lower().endswith(".json")
     return bool(_PATH.fullmatch(value)) or (google and _is_file_path(value))
-
-
-def names_secrets_id(name: str) -> bool:
-    """Whether ``name`` is a secret's id, ARN or ref (``SECRET_ID``, ``--secret-arn``), whose value may name where a
-    secret store keeps the secret (:func:`names_stored_secret`)."""
-    words = name_words(name)
-    return words[-2:-1] in (["secret"], ["secrets"]) and words[-1] in _SECRET_REFERENCE_LAST
-
-
-def names_stored_secret(value: str) -> bool:
-    """Whether ``value``, given to a ``SECRET_ID``, ``SECRET_ARN`` or ``SECRET_REF`` (AWS's ``--secret-id``),
-    names a secret a secret store keeps rather than being one: an AWS Secrets Manager ARN (a JSON key after it
-    too, as ECS's ``valueFrom`` has it), a Google Secret Manager resource name
-    (``projects/p/secrets/db/versions/latest``, a regional one too), an Azure Key Vault secret's URI, a 1Password
-    ``op://`` reference, or a path (``prod/db``, ``prod/AppBeta/MySql``, ``kv/prod/db-2``) of words as people
-    name a secret (:func:`_names_segment`). A single word is not one: HashiCorp Vault's
-    AppRole ``secret_id`` is a credential (a UUID, or any string given), and a password may read as a word or a
-    name (``letmein``, ``correct-horse-battery``)."""
-    if any(pattern.fullmatch(value) for pattern in _SECRET_STORE_NAMES):
-        return True
-    segments = value.split("/")
-    return (len(segments) > 1 and _SECRET_PATH.fullmatch(value) is not None and known_shape(value) is None
-            and all(map(_names_segment, segments)))
-
-
-def _names_segment(segment: str) -> bool:
-    """A segment of a secret's path as people name one: words split at ``-``, ``_`` and ``.``, each in lower or
-    upper case or camel case (``prod``, ``CRM``, ``AppBeta``, ``dbPassword``), two letters at least or one and a
-    digit (``v2``, ``app1``), or a number after the first (``db-2``). A random key's piece (``ecXHJ``,
-    ``SMyWVeCSo``), a password's (``P4ss``, ``Pa55``, ``s3cr3t``) or a bare number (``hunter/2``) is none."""
-    first, *rest = _PATH_WORD_SEPARATORS.split(segment)
-    return _NAME_WORD.fullmatch(first) is not None and all(
-        _NAME_WORD.fullmatch(word) is not None or (word.isdigit() and len(word) <= 4) for word in rest)
 
 
 def _is_file_path(value: str) -> bool:

@@ -22,11 +22,11 @@ from typing import Any
 from autogen_core import ComponentModel
 from pydantic import ValidationError
 
-from config_registry.credentials import known_shape
 from config_registry.errors import DefinitionInvalid, validation_message
 from config_registry.gitrepo import GitRepo, dump_json
 from config_registry.manifest import Manifest, MemoryDeclaration, shown, validate_name
 from config_registry.secrets import check_free_text, walk
+from config_registry.shapes import known_shape
 from config_registry.validate import check_nothing_dropped, validate_definition
 
 TRACKED = ("teams", "labels")

@@ -27,7 +27,6 @@ from config_registry.credentials import (
     flag_credential,
     holds_no_credential,
     kept_command_credential,
-    names_secrets_id,
     url_credential,
     value_credential,
 )
@@ -36,6 +35,7 @@ from config_registry.names import holds_secret_command, is_secret_field
 from config_registry.programs import program_passwords
 from config_registry.shell import encoded_script_at, posix_script_at
 from config_registry.source import source_credential
+from config_registry.stores import names_secrets_id
 
 MASK = "**********"
 REFERENCE_KEY = "$secret"
