@@ -20,14 +20,22 @@ from config_registry.shapes import known_shape
 
 # The last words of a name whose value names a secret a secret store keeps (names_stored_secret): "SECRET_ID".
 _SECRET_REFERENCE_LAST = frozenset({"id", "arn", "ref", "reference"})
+# What a secret store names a secret by, its parts a person names (the groups: a secret put in one is the secret
+# itself, judged as a path's segments are): an AWS Secrets Manager ARN, with ECS's ":json-key:version-stage:version-id"
+# after it (a version's id is a UUID); a Google Secret Manager resource name; an Azure Key Vault secret's URI; a
+# 1Password op:// reference without spaces (vault, item and section may be ids: 1Password's SDKs take only those).
+_UUID = r"[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}"
 _SECRET_STORE_NAMES = (
-    re.compile(r"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[A-Za-z0-9/_+=.@!-]+(?::[A-Za-z0-9_.-]*){0,3}"),
-    re.compile(r"projects/[A-Za-z0-9_-]+(?:/locations/[a-z0-9-]+)?/secrets/[A-Za-z0-9_-]+"
+    re.compile(r"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[A-Za-z0-9/_+=.@!-]+"
+               rf"(?::(?P<key>[A-Za-z0-9_.-]*)(?::(?P<stage>[A-Za-z0-9_.-]*)(?::(?:{_UUID})?)?)?)?"),
+    re.compile(r"projects/[A-Za-z0-9_-]+(?:/locations/[a-z0-9-]+)?/secrets/(?P<name>[A-Za-z0-9_-]+)"
                r"(?:/versions/(?:latest|\d+))?"),
-    re.compile(r"https://[a-z0-9-]+\.vault\.(?:azure\.net|usgovcloudapi\.net|azure\.cn)/secrets/[A-Za-z0-9-]+"
+    re.compile(r"https://[a-z0-9-]+\.vault\.(?:azure\.net|usgovcloudapi\.net|azure\.cn)/secrets/(?P<name>[A-Za-z0-9-]+)"
                r"(?:/[0-9a-f]{32})?/?"),
-    re.compile(r"op://[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+){2,3}"),  # no space: an item's id, or a name without one
+    re.compile(r"op://[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+){1,2}/(?P<field>[A-Za-z0-9_.-]+)"),
 )
+# A 1Password field's id, which a reference may give in place of its name ("nerlnqbfzdm5q5g6ydsgdqgdw4").
+_ONE_PASSWORD_ID = re.compile(r"[a-z0-9]{26}")
 _SECRET_PATH = re.compile(r"[A-Za-z0-9/_.-]{3,512}")  # no symbol a password takes (@, !, +, =, a space)
 _PATH_WORD_SEPARATORS = re.compile(r"[-_.]")
 # A word of a secret's name: lower, upper or camel case, then one digit at most; two letters at least, or one and a
@@ -48,11 +56,16 @@ def names_stored_secret(value: str) -> bool:
     too, as ECS's ``valueFrom`` has it), a Google Secret Manager resource name
     (``projects/p/secrets/db/versions/latest``, a regional one too), an Azure Key Vault secret's URI, a 1Password
     ``op://`` reference, or a path (``prod/db``, ``prod/AppBeta/MySql``, ``kv/prod/db-2``) of words as people
-    name a secret (:func:`_names_segment`). A single word is not one: HashiCorp Vault's
+    name a secret (:func:`_names_segment`). A reference's parts a person names (a JSON key, a version's stage, a
+    secret's name, a 1Password field) are judged as such a path's segments: ``op://vault/item/hunter2SECRET9f8e``
+    holds the secret where its field's name goes. A single word is not one: HashiCorp Vault's
     AppRole ``secret_id`` is a credential (a UUID, or any string given), and a password may read as a word or a
     name (``letmein``, ``correct-horse-battery``)."""
-    if any(pattern.fullmatch(value) for pattern in _SECRET_STORE_NAMES):
-        return True
+    for pattern in _SECRET_STORE_NAMES:
+        reference = pattern.fullmatch(value)
+        if reference is not None:
+            return all(not part or _names_segment(part) or (kind == "field" and _ONE_PASSWORD_ID.fullmatch(part))
+                       for kind, part in reference.groupdict().items())
     segments = value.split("/")
     return (len(segments) > 1 and _SECRET_PATH.fullmatch(value) is not None and known_shape(value) is None
             and all(map(_names_segment, segments)))

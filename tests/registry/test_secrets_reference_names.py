@@ -350,6 +350,13 @@ STORED_SECRETS_NAMED = {
     "AWS_EXAMPLE_SECRET_ID": "prod/AppBeta/MySql",
     "VERSIONED_SECRET_ID": "kv/prod/db-2",
     "NUMBERED_SECRET_ID": "app1/prod/db-v2",
+    # the parts of a reference a person names, read as a path's words are
+    "STAGED_SECRET_ARN": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:crm-db-AbCdEf::AWSPREVIOUS:",
+    "VERSIONED_SECRET_ARN": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:crm-db-AbCdEf:password::"
+                            "6a1f0c2e-93b4-4b7a-8f0e-2d1c9e8b7a65",
+    "NAMED_SECRET_REF": "projects/acme/secrets/OPENAI_API_KEY/versions/3",
+    "SECTION_SECRET_REF": "op://Prod/crm-db/admin/api-key",
+    "OP_ID_SECRET_REF": "op://ktt5umd4nq3ylqomnyvtkyv6xu/crm-db/nerlnqbfzdm5q5g6ydsgdqgdw4",  # 1Password's ids
 }
 
 
@@ -376,6 +383,13 @@ def test_a_secret_stores_name_for_a_secret_is_stored_in_fields_variables_flags_a
     # passwords and random keys with a slash: a path's words are named as people name a secret
     "hunter/2", "Spring/2024", "sDX5/J.iNCBk", "P4ss/w0rd", "Pa55/word", "s3cr3t/x", "abc123/xyz789",
     "HC8AjO/SMyWVeCSo", "ecXHJ/UQMRxi", "wBP/GYefTgKbhJmg",
+    # a secret where a reference's part a person names goes: a 1Password field, a JSON key, a stage, a version's id,
+    # a Google or an Azure secret's name
+    "op://vault/item/hunter2SECRET9f8e", "op://Prod/crm-db/admin/hunter2q7Rz9LmX", "op://Prod/crm-db/P4ss",
+    "arn:aws:secretsmanager:eu-west-1:123456789012:secret:crm-db-AbCdEf:hunter2SECRET9f8e::",
+    "arn:aws:secretsmanager:eu-west-1:123456789012:secret:crm-db-AbCdEf::hunter2SECRET9f8e:",
+    "arn:aws:secretsmanager:eu-west-1:123456789012:secret:crm-db-AbCdEf:password::hunter2SECRET9f8e",
+    "projects/acme/secrets/hunter2SECRET9f8e/versions/latest", "https://crm-kv.vault.azure.net/secrets/hunter2SECRET9f8e",
 ])
 def test_a_secret_given_under_a_secret_id_is_refused(value: str) -> None:
     for env, args in (({"VAULT_SECRET_ID": value}, None), (None, ["-c", f"app --secret-id '{value}' serve"])):
