@@ -86,26 +86,26 @@ _CODE_KEY_KINDS = frozenset({
     "api", "access", "private", "secret", "signing", "auth", "encryption", "master", "client", "license",
     "subscription",
 })
-# The last words of a name for a key or a token, which a dummy key may be given (credentials.holds_no_credential).
+# The last words of a name for a key or a token, which a dummy key may be given (credentials.holds_no_credential)
+# only when the words before it say it is a model server's: none ("key", "token"), a service's key or token (the
+# word that says what it is ends with one of these: "OPENAI_API_KEY", "XAPIKEY", "AWS_SECRET_ACCESS_KEY",
+# "ANTHROPIC_AUTH_TOKEN", Azure API Management's "Ocp-Apim-Subscription-Key"), or a model service's name
+# (_MODEL_SERVICES: "APP_OPENAI_KEY", "HF_TOKEN", "OPENAI_SECRET_KEY"). Any other is an application's own, whose
+# slot a real secret goes in, whatever word says so: Django's SECRET_KEY, Laravel's APP_KEY, a Fernet, an AES or
+# an SSH key, a JWT's signing or refresh token, a session token, a GitHub token.
 _KEY_OR_TOKEN_WORDS = ("key", "keys", "token", "tokens")
-# ... unless the word that says what it is (the one before, or the start of the last, a compound's end too)
-# says it is an application's own secret, never a model server's key: Django's SECRET_KEY, a JWT's signing or
-# refresh token, an encryption, private, master, shared or SSH key, a session token, Laravel's APP_KEY; an
-# API's or an access key is a key whatever the words before ("APP_OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY").
-_OWN_SECRETS_WORDS = (
-    "secret", "secrets", "private", "signing", "encryption", "master", "jwt", "hmac", "session", "cookie", "csrf",
-    "django", "flask", "rails", "app", "refresh", "shared", "ssh",
-)
-_SERVICE_KEY_WORDS = ("api", "access")
-# ... but an access or API key after a word for what an application signs or keeps its sessions with is one of its
-# own ("JWT_ACCESS_KEY", "SESSION_API_KEY"): the key that signs the tokens, never a model server's.
-_TOKEN_SIGNERS = ("jwt", "hmac", "session", "cookie", "csrf", "signing", "refresh")
-# A secret key after a model service's name is that service's key ("OPENAI_SECRET_KEY", "AZURE_OPENAI_SECRET_KEY"),
-# which a local server's dummy stands in for, where an application's ("DJANGO_SECRET_KEY", "SECRET_KEY") is its own.
+_SERVICE_KEY_WORDS = ("api", "access", "auth", "subscription")
+# A service's key after any of these words, whole, is one an application signs its tokens or keeps its sessions
+# with ("JWT_ACCESS_KEY", "SESSION_API_KEY", "JWT_PROD_API_KEY"), never a model server's, unless a model service's
+# name comes between ("SESSION_OPENAI_API_KEY"); so is a token after one, but a JWT's: "JWT_ACCESS_TOKEN" is a
+# service's access token written as a JWT, where "SESSION_AUTH_TOKEN" is a session's.
+_TOKEN_SIGNERS = frozenset({"jwt", "hmac", "session", "cookie", "csrf", "xsrf", "signing", "refresh"})
+# A key or a token after a model service's name (joined, since one may be split into words: "OPEN_AI",
+# "HUGGING_FACE") is that service's key, which a local server's dummy stands in for.
 _MODEL_SERVICES = (
     "openai", "anthropic", "azure", "mistral", "mistralai", "groq", "gemini", "cohere", "together", "togetherai",
-    "deepseek", "ollama", "vllm", "litellm", "huggingface", "hf", "fireworks", "fireworksai", "perplexity",
-    "openrouter", "xai", "llm", "gpt",
+    "deepseek", "ollama", "vllm", "litellm", "huggingface", "huggingfacehub", "hf", "fireworks", "fireworksai",
+    "perplexity", "openrouter", "xai", "llm", "gpt", "model",
 )
 
 
@@ -182,26 +182,39 @@ def holds_secret_command(name: str) -> bool:
 
 
 def names_key_or_token(name: str) -> bool:
-    """Whether a name's last word says it holds a key or a token (``api_key``, ``OPENAI_API_KEY``, ``apiKey``,
-    ``XAPIKEY``, Ollama's ``ANTHROPIC_AUTH_TOKEN``) rather than a password or a secret: what a local model
-    server's dummy key stands in for, where a dummy-looking password is still a password, and so is an
-    application's own secret key (``SECRET_KEY``, ``JWT_REFRESH_TOKEN``, ``JWT_ACCESS_KEY``: :data:`_OWN_SECRETS_WORDS`,
-    :data:`_TOKEN_SIGNERS`), unless a model service's name says whose it is (``OPENAI_SECRET_KEY``)."""
+    """Whether a name says it holds a model server's key or token (``api_key``, ``OPENAI_API_KEY``, ``apiKey``,
+    ``XAPIKEY``, Ollama's ``ANTHROPIC_AUTH_TOKEN``, ``OPENAI_SECRET_KEY``), what a local model server's dummy key
+    stands in for, rather than a password, a secret or an application's own key or token (``SECRET_KEY``,
+    ``FERNET_KEY``, ``JWT_ACCESS_KEY``, ``SESSION_AUTH_TOKEN``), where a dummy-looking value is still the slot a
+    real secret goes in (:data:`_KEY_OR_TOKEN_WORDS`)."""
     words = name_words(name)
     if not words or not words[-1].endswith(_KEY_OR_TOKEN_WORDS):
         return False
-    # What the key or token is: the word before it ("OPENAI_API_KEY"), or the start of the word it ends ("XAPIKEY",
-    # "SECRETKEY", "jwtsecretkey").
+    # The words that say what the key or token is, the start of a compound among them ("XAPIKEY": "xapi").
     compound = words[-1].removesuffix("s").removesuffix("key").removesuffix("token")
-    qualifier = compound or (words[-2] if len(words) > 1 else "")
-    # Whose it is: the start of a qualifier written as one word ("jwtaccess"), else the word before the qualifier.
-    before = words[-2 if compound else -3] if len(words) > (1 if compound else 2) else ""
-    if qualifier.endswith(_SERVICE_KEY_WORDS):
-        owner = (qualifier.removesuffix("access").removesuffix("api") or before).removesuffix("s")
-        return not (words[-1].endswith(("key", "keys")) and owner.endswith(_TOKEN_SIGNERS))
-    # A service's name may be split into words ("OpenAI", "HUGGING_FACE"): the words before "secret", joined.
-    service = "".join(words[:-1] if compound else words[:-2]) + qualifier.removesuffix("secret")
-    if qualifier.endswith("secret") and service.endswith(_MODEL_SERVICES):
+    what = [*words[:-1], compound] if compound else words[:-1]
+    if not what:
         return True
-    # "DJANGOSECRET_KEY", "jwtsecretkey": a compound ends with what it is; "sessiontoken" may start with it.
-    return not (qualifier.endswith(_OWN_SECRETS_WORDS) or compound.startswith(_OWN_SECRETS_WORDS))
+    service = next((word for word in _SERVICE_KEY_WORDS if what[-1].endswith(word)), None)
+    if service is None:
+        return _names_model_service([*what[:-1], what[-1].removesuffix("secret")])
+    owners = [*what[:-1], what[-1].removesuffix(service)]
+    return not _signed_with(owners, token=not words[-1].endswith(("key", "keys")))
+
+
+def _names_model_service(words: list[str]) -> bool:
+    """Whether ``words`` end with a model service's name, joined (``["hugging", "face"]``), plural too."""
+    joined = "".join(words)
+    return joined.endswith(_MODEL_SERVICES) or joined.removesuffix("s").endswith(_MODEL_SERVICES)
+
+
+def _signed_with(owners: list[str], *, token: bool) -> bool:
+    """Whether the words before a service's key or token say an application signs its tokens or keeps its sessions
+    with it: a signer's word, whole (plural too), with no model service's name after it."""
+    for at in range(len(owners) - 1, -1, -1):
+        word = owners[at] if owners[at] in _TOKEN_SIGNERS else owners[at].removesuffix("s")  # "COOKIES_API_KEY"
+        if word in _TOKEN_SIGNERS:
+            return not (token and word == "jwt")
+        if _names_model_service(owners[:at + 1]):
+            return False
+    return False

@@ -133,9 +133,22 @@ def test_a_real_looking_key_in_a_model_clients_config_is_refused_at_registration
         (_component(env={"SESSION_API_KEY": "dummy"}), f"config.{SERVER}.env.SESSION_API_KEY"),
         (_component(env={"COOKIES_API_KEY": "x"}), f"config.{SERVER}.env.COOKIES_API_KEY"),
         (_component(fields={"jwtAccessKey": "none"}), "config.jwtAccessKey"),
+        # ... whatever words come between (a model service's name aside), and after an auth key's word too
+        (_component(env={"JWT_API_ACCESS_KEY": "x"}), f"config.{SERVER}.env.JWT_API_ACCESS_KEY"),
+        (_component(env={"JWT_PROD_API_KEY": "dummy"}), f"config.{SERVER}.env.JWT_PROD_API_KEY"),
+        (_component(env={"JWT_AUTH_KEY": "x"}), f"config.{SERVER}.env.JWT_AUTH_KEY"),
+        (_component(source='JWTACCESS_KEY = "none"\n'), f"config.{SOURCE}"),
+        # ... and a session's token, whatever the service word before it
+        (_component(env={"SESSION_AUTH_TOKEN": "x"}), f"config.{SERVER}.env.SESSION_AUTH_TOKEN"),
+        (_component(args=["--session-access-token", "x"]), f"config.{SERVER}.args.1"),
         # ... and a secret key under any name but a model service's
         (_component(env={"DJANGO_SECRET_KEY": "x"}), f"config.{SERVER}.env.DJANGO_SECRET_KEY"),
         (_component(env={"STRIPE_SECRET_KEY": "x"}), f"config.{SERVER}.env.STRIPE_SECRET_KEY"),
+        # ... and a key or a token whose word is in no list: only a model service's or a service's key takes a dummy
+        (_component(env={"FERNET_KEY": "x"}), f"config.{SERVER}.env.FERNET_KEY"),
+        (_component(fields={"aes_key": "dummy"}), "config.aes_key"),
+        (_component(source='WEBHOOK_TOKEN = "placeholder"\n'), f"config.{SOURCE}"),
+        (_component(env={"GITHUB_TOKEN": "none"}), f"config.{SERVER}.env.GITHUB_TOKEN"),
     ],
 )
 def test_a_dummy_under_a_passwords_or_a_secrets_name_is_still_refused(component: dict[str, Any], field: str) -> None:
@@ -146,7 +159,10 @@ def test_a_dummy_under_a_passwords_or_a_secrets_name_is_still_refused(component:
                                   "AWS_SECRET_ACCESS_KEY", "APP_OPENAI_KEY", "APP_HF_TOKEN", "FLASK_APP_OPENAI_KEY",
                                   "SESSION_LLM_KEY", "PRIVATE_GPT_KEY", "OPENAI_SECRET_KEY", "AZURE_OPENAI_SECRET_KEY",
                                   "JWT_ACCESS_TOKEN", "azureOpenAISecretKey", "OPEN_AI_SECRET_KEY",
-                                  "HuggingFaceSecretKey", "X_AI_SECRET_KEY"])
+                                  "HuggingFaceSecretKey", "X_AI_SECRET_KEY",
+                                  # a signer's word only as a whole word, and a model service's name after it
+                                  "DESIGNING_API_KEY", "DESIGNINGAPIKEY", "SESSION_OPENAI_API_KEY",
+                                  "HUGGING_FACE_HUB_TOKEN", "ANTHROPIC_AUTH_TOKEN", "Ocp-Apim-Subscription-Key"])
 def test_a_dummy_under_a_model_servers_key_is_stored_whatever_the_words_before_what_the_key_is(name: str) -> None:
     # the word before "key" says what it is (a model's, an API's, an access key); a prefix naming the app does not
     component = _component(env={name: "EMPTY"})
