@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from config_registry.connections import connection_pairs, oracle_password, split_url
+from config_registry.errors import ScriptUnreadable
 from config_registry.names import (
     holds_command_line,
     holds_secret_command,
@@ -228,6 +229,18 @@ def argument_name(items: list[Any], index: int) -> str | None:
         return match.group(1)
     previous = _FLAG.fullmatch(items[index - 1]) if index and isinstance(items[index - 1], str) else None
     return previous.group(1) if previous and previous.group(2) is None and not match else None
+
+
+def refuses_secret_id(text: str) -> bool:
+    """Whether a command line in ``text`` (its shells' scripts included) gives a secret's id, ARN or ref a value
+    :func:`flag_credential` refuses (``aws ... --secret-id crm-db-password``, ``SECRET_ID=crm-db-password app``),
+    which a refusal of the whole line then says how to give as a path or a reference."""
+    try:
+        commands = simple_commands(text)
+    except ScriptUnreadable:  # asked only of a value refused already: a script it cannot read names no flag
+        return False
+    return any(names_secrets_id(argument_name(words, index) or "") and flag_credential(words, index) is not None
+               for words in commands for index in range(len(words)))
 
 
 def _flag_command_credential(match: re.Match[str] | None, previous: Any, item: str) -> str | None:

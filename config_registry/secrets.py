@@ -27,6 +27,7 @@ from config_registry.credentials import (
     flag_credential,
     holds_no_credential,
     kept_command_credential,
+    refuses_secret_id,
     url_credential,
     value_credential,
 )
@@ -145,10 +146,11 @@ def _check_undeclared(path: str, key: str, value: Any, parent: Any, *, shell_run
         return
     found = _found_in_value(path, key, value, parent, shell_runs=shell_runs)
     if found is not None:
-        # An argument is named by its variable or flag (``-e SECRET_ID=VALUE``, ``--secret-id VALUE``): what says
-        # how to give a reference instead.
+        # An argument is named by its variable or flag (``-e SECRET_ID=VALUE``, ``--secret-id VALUE``), a command
+        # line by those in it (``sh -c "aws ... --secret-id VALUE"``): what says how to give a reference instead.
         named = argument_name(parent, int(key)) if isinstance(parent, list) else None
-        _refuse_plaintext(path, found, name=named or key)
+        secret_id = names_secrets_id(named or key) or (isinstance(value, str) and refuses_secret_id(value))
+        _refuse_plaintext(path, found, secret_id=secret_id)
 
 
 def _found_in_value(path: str, key: str, value: Any, parent: Any, *, shell_runs: bool) -> str | None:
@@ -167,12 +169,13 @@ def _found_in_value(path: str, key: str, value: Any, parent: Any, *, shell_runs:
     return found
 
 
-def _refuse_plaintext(path: str, found: str, hint: str | None = None, *, name: str = "") -> NoReturn:
+def _refuse_plaintext(path: str, found: str, hint: str | None = None, *, secret_id: bool = False) -> NoReturn:
+    """``secret_id``: what is refused was given to a secret's id, ARN or ref, whose hint says how to name one."""
     raise DefinitionInvalid(
         f"holds a plaintext secret ({found}); the registry never stores secrets",
         field=f"config.{path}",
         hint=hint or f"take the value from the environment: --secret {path}=env:VARIABLE"
-        f"{_SECRET_ID_NOTE if names_secrets_id(name) else ''}",
+        f"{_SECRET_ID_NOTE if secret_id else ''}",
     )
 
 

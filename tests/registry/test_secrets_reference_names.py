@@ -414,3 +414,23 @@ def test_a_secret_id_flag_given_a_single_word_is_refused_saying_how_to_give_the_
     assert "crm-db-password" not in f"{refused.message} {refused.hint}"
     other = _refused(stdio_component(None, ["--password", "crm-db-password"], None, None, command="psql"))
     assert "give its path or reference" not in (other.hint or "")  # a password's flag names no secret store
+
+
+@pytest.mark.parametrize(("env", "args"), [
+    (None, ["-c", "aws secretsmanager get-secret-value --secret-id crm-db-password --query SecretString"]),
+    (None, ["-c", "cd /srv && SECRET_ID=crm-db-password app serve"]),
+    (None, ["-c", "bash -lc 'app --secret-arn=crm-db-password'"]),
+    ({"STARTUP": "LOG=1 app --secret-id crm-db-password"}, None),
+])
+def test_a_secret_id_given_a_single_word_in_a_shell_script_is_refused_saying_how_to_give_the_secret_s_path(
+    env: dict[str, str] | None, args: list[str] | None
+) -> None:
+    """A flag's refusal said so; the same flag inside a script a shell runs, refused as the whole script, did not."""
+    refused = _refused(_component(env=env, args=args))
+    assert "give its path or reference (prod/db, an ARN" in (refused.hint or "")
+    assert "crm-db-password" not in f"{refused.message} {refused.hint}"
+
+
+def test_a_script_refused_for_a_password_flag_beside_a_stored_secret_id_says_nothing_of_secret_ids() -> None:
+    refused = _refused(_component(args=["-c", "app --secret-id prod/crm-db --password hunter2Xk9"]))
+    assert "give its path or reference" not in (refused.hint or "")
