@@ -100,12 +100,13 @@ _SERVICE_KEY_WORDS = ("api", "access", "auth", "subscription")
 # name comes between ("SESSION_OPENAI_API_KEY"); so is a token after one, but a JWT's: "JWT_ACCESS_TOKEN" is a
 # service's access token written as a JWT, where "SESSION_AUTH_TOKEN" is a session's.
 _TOKEN_SIGNERS = frozenset({"jwt", "hmac", "session", "cookie", "csrf", "xsrf", "signing", "refresh"})
-# A key or a token after a model service's name (joined, since one may be split into words: "OPEN_AI",
-# "HUGGING_FACE") is that service's key, which a local server's dummy stands in for.
+# A key or a token after a model service's or a local model server's name (joined, since one may be split into
+# words: "OPEN_AI", "HUGGING_FACE", "LM_STUDIO") is that service's key, which a local server's dummy stands in for.
 _MODEL_SERVICES = (
     "openai", "anthropic", "azure", "mistral", "mistralai", "groq", "gemini", "cohere", "together", "togetherai",
-    "deepseek", "ollama", "vllm", "litellm", "huggingface", "huggingfacehub", "hf", "fireworks", "fireworksai",
-    "perplexity", "openrouter", "xai", "llm", "gpt", "model",
+    "deepseek", "huggingface", "huggingfacehub", "hf", "fireworks", "fireworksai", "perplexity", "openrouter", "xai",
+    "ollama", "vllm", "litellm", "lmstudio", "llamacpp", "llamafile", "localai", "tgi", "sglang",
+    "llm", "gpt", "model", "embedding", "inference",
 )
 
 

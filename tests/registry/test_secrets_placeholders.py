@@ -162,7 +162,10 @@ def test_a_dummy_under_a_passwords_or_a_secrets_name_is_still_refused(component:
                                   "HuggingFaceSecretKey", "X_AI_SECRET_KEY",
                                   # a signer's word only as a whole word, and a model service's name after it
                                   "DESIGNING_API_KEY", "DESIGNINGAPIKEY", "SESSION_OPENAI_API_KEY",
-                                  "HUGGING_FACE_HUB_TOKEN", "ANTHROPIC_AUTH_TOKEN", "Ocp-Apim-Subscription-Key"])
+                                  "HUGGING_FACE_HUB_TOKEN", "ANTHROPIC_AUTH_TOKEN", "Ocp-Apim-Subscription-Key",
+                                  # a local model server's name, split into words or not
+                                  "LM_STUDIO_KEY", "LLAMA_CPP_TOKEN", "LOCALAI_KEY", "TGI_TOKEN", "SGLANG_KEY",
+                                  "EMBEDDINGS_KEY", "INFERENCE_TOKEN"])
 def test_a_dummy_under_a_model_servers_key_is_stored_whatever_the_words_before_what_the_key_is(name: str) -> None:
     # the word before "key" says what it is (a model's, an API's, an access key); a prefix naming the app does not
     component = _component(env={name: "EMPTY"})
