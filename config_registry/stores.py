@@ -56,9 +56,10 @@ def names_stored_secret(value: str) -> bool:
     too, as ECS's ``valueFrom`` has it), a Google Secret Manager resource name
     (``projects/p/secrets/db/versions/latest``, a regional one too), an Azure Key Vault secret's URI, a 1Password
     ``op://`` reference, or a path (``prod/db``, ``prod/AppBeta/MySql``, ``kv/prod/db-2``) of words as people
-    name a secret (:func:`_names_segment`). A reference's parts a person names (a JSON key, a version's stage, a
-    secret's name, a 1Password field) are judged as such a path's segments: ``op://vault/item/hunter2SECRET9f8e``
-    holds the secret where its field's name goes. A single word is not one: HashiCorp Vault's
+    name a secret (:func:`_names_segment`). A reference's parts a person names (an ARN's JSON key and version
+    stage, a Google or an Azure secret's name, a 1Password field) are judged as such a path's segments:
+    ``op://vault/item/hunter2SECRET9f8e`` holds the secret where its field's name goes. An ARN's secret name is
+    not (AWS ends it with six random characters, and one AWS makes starts "rds!"). A single word is not one: HashiCorp Vault's
     AppRole ``secret_id`` is a credential (a UUID, or any string given), and a password may read as a word or a
     name (``letmein``, ``correct-horse-battery``)."""
     for pattern in _SECRET_STORE_NAMES:
