@@ -163,7 +163,12 @@ def test_show_refuses_a_scope_no_team_can_declare(ran: dict[str, Any], scope: st
 
 def test_an_unknown_facts_error_names_the_facts_that_are_kept(ran: dict[str, Any]) -> None:
     result = runner.invoke(app, ["memory", "forget", "--user", "alice", "--fact", "mood"])
-    assert "the facts kept are: router_model, ticket_id" in result.stderr
+    said = " ".join(result.stderr.split())  # as one line: the terminal wraps it
+    assert "the facts kept are: router_model, ticket_id" in said
+    # A mistyped name is recorded all the same, and stops the user's open sessions writing: the fix says so.
+    assert "the forget was recorded all the same" in said and "write no memory in any scope (name one" in said
+    scoped = runner.invoke(app, ["memory", "forget", "--user", "alice", "--fact", "mood", "--team", "support_triage"])
+    assert "write no memory in the scope given" in " ".join(scoped.stderr.split())
 
 
 def test_an_unknown_facts_error_says_only_a_summary_is_kept_when_no_fact_is(ran: dict[str, Any]) -> None:

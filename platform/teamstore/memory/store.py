@@ -372,7 +372,7 @@ class MemoryStore:
             raise MemoryNotFound("no fact of the name given is kept about this user"
                                  + (" under the scope given" if scope else "")
                                  + " (not repeated here: it may be a user's words)",
-                                 hint=missing if unrecorded is None else f"{missing}; {unrecorded}")
+                                 hint=f"{missing}; {unrecorded or _missing_recorded(scope)}")
         return replace(forgotten, unrecorded=unrecorded)
 
     async def forgets(self, user_id: str) -> list[ForgetRecord]:
@@ -457,3 +457,11 @@ class MemoryStore:
             total = Forgotten(total.memories + len(keys), total.facts + dropped)
             if len(keys) < batch_size:
                 return total
+
+
+def _missing_recorded(scope: str | None) -> str:
+    """What a forget of a fact not kept did all the same, said with its refusal: a mistyped name stops the
+    user's open sessions from writing memory too, which nobody should learn from their logs alone."""
+    where = "in the scope given" if scope else "in any scope (name one with --team)"
+    return (f"the forget was recorded all the same, in case a session under way is about to write that fact: "
+            f"the user's sessions open now write no memory {where}")
