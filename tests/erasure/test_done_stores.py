@@ -340,6 +340,29 @@ async def test_a_dry_run_against_a_store_before_others_to_empty_names_no_done_st
     assert plan.stores["transcripts"].counts.objects == 2 and plan.stores["transcripts"].detail is None
 
 
+@pytest.mark.s3
+async def test_a_dry_run_takes_a_store_the_open_request_left_holding_for_held_by_it_not_for_one_to_empty(
+    engine: AsyncEngine, s3_env: str
+) -> None:
+    """A dry run has no request of its own: it took the stores the user's open request left holding only versions a
+    hold keeps for stores still to empty, so the plan of the pass that ends the request listed none again."""
+    _, locked, moved, subject, _ = await _held_pass(engine, "req-held-plan")
+    await locked.put(f"{subject_prefix(subject)}{RESTORED}", b"restored transcript")
+
+    plan = await coordinator(engine, moved).run(USER, dry_run=True)
+
+    transcripts = plan.stores["transcripts"]
+    assert transcripts.counts.objects == 2, transcripts  # the one here, and the copy restored beside the held one
+    assert transcripts.detail == (
+        f"a real run would list again, and erase what no hold keeps there: {locked.url}; held in other stores, "
+        f"counted as the pass of request req-held-plan there found them: 1 in {locked.url}")
+    receipt = await coordinator(engine, moved).run(USER, request_id="req-held-plan")
+    assert f"held in other stores, counted as this request's pass there found them: 1 in {locked.url}" in (
+        receipt.stores["transcripts"].detail or ""), receipt
+    await locked.close()
+    await moved.close()
+
+
 async def test_a_kill_after_a_done_folder_is_swept_keeps_what_the_sweep_found_for_the_rerun(
     engine: AsyncEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

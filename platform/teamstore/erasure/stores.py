@@ -39,6 +39,7 @@ from teamstore.db.clock import shared_later
 from teamstore.db.engine import describe_failure
 from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
 from teamstore.erasure.record import load_parts, record_part, replace_parts
+from teamstore.erasure.requests import open_request_of
 from teamstore.erasure.steps.base import StepContext
 from teamstore.errors import StoreUnavailable, TeamstoreError, TranscriptStoreMismatch, TranscriptUnavailable
 from teamstore.state.schema import store_settings
@@ -72,15 +73,29 @@ async def held_stores(ctx: StepContext) -> dict[str, StoreResult]:
     """The stores this request's pass left holding only versions a hold keeps, each with what that pass found
     there (``counts.retained`` and ``unreadable``: the held versions). Such a store is done for the request (as
     an emptied one is) until the request ends held, and stays recorded as holding the subject's transcripts, so a
-    rerun against it lists it again.
+    rerun against it lists it again. For a dry run, those of the request under way for the user (:func:`held_by`).
 
     Raises:
         StoreUnavailable: The database could not be reached.
     """
-    if not ctx.request_id:
-        return {}
-    parts = await load_parts(ctx.engine, ctx.request_id, TRANSCRIPTS)
-    return {store: part for store, part in parts.items() if part.status in HELD}
+    return (await held_by(ctx))[1]
+
+
+async def held_by(ctx: StepContext) -> tuple[str | None, dict[str, StoreResult]]:
+    """The request whose passes the stores :func:`held_stores` names were left holding by, and those stores: the
+    run's own request; for a dry run, which has none, the request still under way for the user (open or failed:
+    one fencing them), whose next pass, the one the dry run plans, takes them as done as well.
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    request_id: str | None = ctx.request_id
+    if not request_id and ctx.user_id is not None and ctx.subject_key is not None:
+        request_id = await open_request_of(ctx.engine, ctx.user_id)
+    if not request_id:
+        return None, {}
+    parts = await load_parts(ctx.engine, request_id, TRANSCRIPTS)
+    return request_id, {store: part for store, part in parts.items() if part.status in HELD}
 
 
 def held_record(store: str) -> str:

@@ -32,6 +32,8 @@ estimate, wrong in its bytes when a hold is lifted while a copy restored there i
 
 from __future__ import annotations
 
+import shlex
+
 from teamstore.audit.placement import described, endpoint_setting, unmarked_elsewhere
 from teamstore.audit.subjects import mark_store_erased, recorded_endpoints, recorded_stores
 from teamstore.audit.transcripts import Capability, capability, store_beside
@@ -46,6 +48,7 @@ from teamstore.erasure.stores import (
     HELD,
     TRANSCRIPTS,
     held_before,
+    held_by,
     held_id,
     mismatch,
     pending_stores,
@@ -101,7 +104,8 @@ async def left_in_done(ctx: StepContext) -> Counts:
 
 async def planned(ctx: StepContext) -> tuple[Counts, str | None]:
     """For a dry run, which deletes and records nothing: what no hold keeps in the done stores a real pass here
-    would list again, counted, and the words naming those and the ones beyond its reach (:func:`_reached`).
+    would list again, counted, and the words naming those, the ones beyond its reach (:func:`_reached`), and those
+    the request under way for the user left holding only versions a hold keeps, as its receipt would, naming it.
 
     A pass lists them only when it is the last: while another recorded store is still to empty, it stops after its
     own naming that one, and so does this (nothing counted, no words).
@@ -111,6 +115,8 @@ async def planned(ctx: StepContext) -> tuple[Counts, str | None]:
     """
     if [store for store in await pending_stores(ctx) if store != ctx.transcripts.url]:
         return Counts(), None
+    request_id, held = await held_by(ctx)
+    held = {store: part for store, part in held.items() if store != ctx.transcripts.url}
     found, listed, beyond = Counts(), [], {}
     for url in await _done_stores(ctx, {}):
         store = await _reached(ctx, url)
@@ -122,7 +128,8 @@ async def planned(ctx: StepContext) -> tuple[Counts, str | None]:
         finally:
             await _close(ctx, store)
         listed.append(url)
-    return found, _plan_words(listed, beyond)
+    by = f"the pass of request {shlex.quote(request_id)}" if request_id else ""
+    return found, "; ".join(filter(None, [_plan_words(listed, beyond), held_elsewhere(held, by)])) or None
 
 
 def _plan_words(listed: list[str], beyond: dict[str, str]) -> str | None:
@@ -134,6 +141,16 @@ def _plan_words(listed: list[str], beyond: dict[str, str]) -> str | None:
         where = "; ".join(f"{url} ({why})" for url, why in sorted(beyond.items()))
         words.append(f"a real run would not list again, beyond its reach: {where}")
     return "; ".join(words) or None
+
+
+def held_elsewhere(held: dict[str, StoreResult], by: str = "this request's pass") -> str | None:
+    """Where the held versions other passes counted are, for the receipt; ``by``: whose pass counted them (a dry
+    run names the request under way, whose pass it was)."""
+    if not held:
+        return None
+    where = ", ".join(f"{part.counts.retained + part.counts.unreadable} in {store}"
+                      for store, part in sorted(held.items()))
+    return f"held in other stores, counted as {by} there found them: {where}"
 
 
 def not_listed_again(unlisted: dict[str, str]) -> str | None:

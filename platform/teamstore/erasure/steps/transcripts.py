@@ -34,7 +34,7 @@ from teamstore.audit.transcripts.capabilities import HoldStatus, holds_any
 from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
 from teamstore.erasure.record import record_part, record_step
 from teamstore.erasure.steps.base import StepContext
-from teamstore.erasure.steps.done_stores import left_in_done, not_listed_again, sweep_done
+from teamstore.erasure.steps.done_stores import held_elsewhere, left_in_done, not_listed_again, sweep_done
 from teamstore.erasure.steps.views import (
     Kept,
     PlainObjects,
@@ -125,7 +125,7 @@ class TranscriptStep:
         await self._other_stores(ctx, view, counts, kept, others)
         others, unlisted = await sweep_done(ctx, others)
         held = {store: part for store, part in others.items() if part.status in HELD}
-        detail = "; ".join(filter(None, [_held_elsewhere(held), not_listed_again(unlisted)]))
+        detail = "; ".join(filter(None, [held_elsewhere(held), not_listed_again(unlisted)]))
         return StoreResult(status=StepStatus.DELETED, counts=_sum(counts, others, held=False), detail=detail or None)
 
     async def _record(self, ctx: StepContext, status: StepStatus, counts: Counts, others: dict[str, StoreResult]
@@ -289,11 +289,3 @@ def _as_left(counts: Counts) -> Counts:
     return Counts(versions=counts.retained + counts.unreadable, retained=counts.retained,
                   unreadable=counts.unreadable)
 
-
-def _held_elsewhere(held: dict[str, StoreResult]) -> str | None:
-    """Where the held versions other passes counted are, for the receipt."""
-    if not held:
-        return None
-    where = ", ".join(f"{part.counts.retained + part.counts.unreadable} in {store}"
-                      for store, part in sorted(held.items()))
-    return f"held in other stores, counted as this request's pass there found them: {where}"
