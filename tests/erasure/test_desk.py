@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -16,7 +17,7 @@ from config_registry import Registry
 from teamstore.audit.schema import subjects
 from teamstore.audit.subjects import find_subject, get_or_create_subject, new_session_secret, new_subject_key
 from teamstore.audit.transcripts.local import LocalTranscriptStore
-from teamstore.erasure import RequestStatus, StepStatus, requests
+from teamstore.erasure import ErasureSettings, RequestStatus, StepStatus, requests
 from teamstore.erasure.desk import add_months, extend_request, list_requests, near_user_match
 from teamstore.erasure.schema import erasure_requests
 from teamstore.errors import (
@@ -349,6 +350,35 @@ async def test_a_user_id_with_no_request_is_told_of_a_near_twin_among_stored_ids
     assert said is not None and "only in letter case" in said and "Quinn" not in said
     assert await near_match(engine, "quinn") is None  # the stores alone hold no twin: the request is one
     assert await near_user_match(engine, "erin") is None
+
+
+async def _held(engine: AsyncEngine, request_id: str, user: str, knobs: ErasureSettings) -> None:
+    """A request a legal hold stopped: the user id forgotten, the keyed hash of it kept."""
+    await requests.open_request(engine, request_id, user, None, 30,
+                                hashes=await requests.user_hashes(engine, knobs, user))
+    async with engine.begin() as conn:
+        await conn.execute(update(erasure_requests).where(erasure_requests.c.request_id == request_id).values(
+            status=RequestStatus.RETAINED_UNDER_HOLD, user_id=None, subject_key="5" * 32))
+
+
+async def test_a_user_id_with_no_request_is_told_in_words_of_a_held_request_filed_for_a_near_twin(
+    engine: AsyncEngine,
+) -> None:
+    """A held request keeps a keyed hash of its user's id, which no look-up of near-identical ids reached: the
+    desk asking for ``dave`` was told nothing of the request held for ``Dave``."""
+    keyed = ErasureSettings(hash_key=SecretStr("k" * 32))
+    await _held(engine, "req-801", "Dave", keyed)
+    await _held(engine, "req-802", "eve", ErasureSettings())  # under the database's id, filed before a key was set
+
+    assert await list_requests(engine, user_id="dave") == []  # listed by the exact id alone
+    for given, kind in (("dave", "letter case"), ("DAVE", "letter case"), (" eve", "surrounding spaces"),
+                        ("EVE", "letter case")):
+        said = await near_user_match(engine, given, keyed)
+        assert said == (f"a held request was filed for a user id that differs from this one only in {kind}: give "
+                        "--user exactly as that request was filed (its ticket says)"), (given, said)
+    assert await near_user_match(engine, "dave", ErasureSettings()) is None  # a hash under a key not given
+    assert await near_user_match(engine, "dAVE") is None  # hashes match exactly: a spelling not tried is not found
+    assert await near_user_match(engine, "Dave", keyed) is None  # the id itself is no near twin
 
 
 async def test_a_rerun_records_who_asked_when_the_first_attempt_did_not(engine: AsyncEngine) -> None:

@@ -321,6 +321,22 @@ def test_list_by_user_finds_a_held_request_by_the_hash_it_keeps_and_no_other_use
             ] == []
 
 
+def test_list_by_user_says_in_words_that_a_held_request_was_filed_for_a_near_twin_and_never_names_it() -> None:
+    # It found the held request by the exact id alone, and said nothing of one held for the id in another letter case.
+    _populate("lea")
+    asyncio.run(_held("req-887", "Lea"))
+
+    listed = cli("erase", "list", "--user", "lea")
+    assert listed.exit_code == 0 and listed.stdout.startswith("no request matches\n"), listed.output
+    assert "note: a held request was filed for a user id that differs from this one only in letter case" in \
+        " ".join(listed.stdout.split())
+    as_json = json.loads(cli("erase", "list", "--user", "lea", "--json").stdout)
+    assert as_json["requests"] == [] and "a held request was filed" in as_json["near_match"]
+    status, out, shown = _on_a_terminal("", "erase", "list", "--user", "lea")
+    assert status == 0 and "a held request was filed" in out, out
+    assert "Lea" not in listed.output + str(as_json) + out + shown  # a spelling not asked for, on no output
+
+
 async def _stored_by_an_earlier_release(request_id: str, user: str) -> None:
     """An open request under an id no new request may take now."""
     from teamstore.erasure.schema import erasure_requests

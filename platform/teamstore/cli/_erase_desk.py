@@ -64,10 +64,11 @@ def list_(
     async def listing(engine: AsyncEngine) -> tuple[list[RequestSummary], str | None]:
         # One more than shown, to know whether the limit cut the list (newest first, it cuts the oldest requests;
         # with --overdue, longest overdue first, the ones that fell due last).
-        hashes = await user_hashes(engine, ErasureSettings(), one_user) if one_user is not None else ()
+        knobs = ErasureSettings()
+        hashes = await user_hashes(engine, knobs, one_user) if one_user is not None else ()
         found = await list_requests(engine, statuses=statuses, overdue=overdue, user_id=one_user,
                                     user_hashes=hashes, after=cursor, limit=limit + 1)
-        near = await near_user_match(engine, one_user) if one_user is not None and not found else None
+        near = await near_user_match(engine, one_user, knobs) if one_user is not None and not found else None
         return found, near
 
     found, near = with_app(lambda app: listing(app.engine), must_exist=True)

@@ -32,10 +32,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from teamstore.db.clock import database_now, shared_now
 from teamstore.db.identity import log_name_key
 from teamstore.erasure import requests
-from teamstore.erasure.receipt import FINISHED, Extension, RequestStatus
+from teamstore.erasure.receipt import FINISHED, Extension, RequestStatus, user_hash
 from teamstore.erasure.schema import erasure_attempts, erasure_requests
+from teamstore.erasure.settings import ErasureSettings
 from teamstore.errors import ExtensionRefused, InvalidIdentifier
-from teamstore.export.nearby import TABLES, near_match
+from teamstore.export.nearby import TABLES, difference, near_match, variants
 from teamstore.ids import control_character, log_name
 from teamstore.people import check_not_naming
 
@@ -187,15 +188,39 @@ async def _check_after(engine: AsyncEngine, after: str) -> None:
         raise await requests.not_found(engine, after, given_as="--after", hint=how)
 
 
-async def near_user_match(engine: AsyncEngine, user_id: str) -> str | None:
+async def near_user_match(engine: AsyncEngine, user_id: str, knobs: ErasureSettings | None = None) -> str | None:
     """Whether a stored user id, or an open or failed request's, differs from ``user_id`` only in letter case,
-    Unicode form or surrounding spaces, in words that never name it (:func:`teamstore.export.nearby.near_match`):
-    what the desk is told when ``--user`` finds no request.
+    Unicode form or surrounding spaces (:func:`teamstore.export.nearby.near_match`), and whether a held request
+    was filed for such an id (:func:`near_held`), in words that never name it: what the desk is told when
+    ``--user`` finds no request. ``knobs``: the hash keys (``ErasureSettings()``, the environment, by default).
 
     Raises:
         StoreUnavailable: The database could not be reached.
     """
-    return await near_match(engine, user_id, NEAR_TABLES)
+    said = [await near_match(engine, user_id, NEAR_TABLES), await near_held(engine, user_id, knobs or ErasureSettings())]
+    return "; ".join(filter(None, said)) or None
+
+
+async def near_held(engine: AsyncEngine, user_id: str, knobs: ErasureSettings) -> str | None:
+    """Whether a held request keeps the hash of an id that differs from ``user_id`` only in letter case, Unicode
+    form or surrounding spaces, in words that never name that id (one not asked for). A hash is matched exactly, so
+    only the spellings :func:`teamstore.export.nearby.variants` makes of ``user_id`` (all lower or upper case,
+    capitalised, title case, case-folded, each Unicode form, trimmed) are hashed, under every key a request may
+    keep its hash under, and looked up: ``dAvE`` held is not found for ``Dave``.
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    r, keys = erasure_requests.c, await requests.hash_keys(engine, knobs)
+    spelt = {user_hash(variant, key): variant for variant in variants(user_id) for key in keys}
+    async with requests.db(engine, "look for held requests of near-identical user ids") as conn:
+        found = (await conn.execute(select(r.user_hash).where(r.user_id.is_(None), r.user_hash.in_(sorted(spelt)))
+                                    )).scalars().all()
+    kinds = sorted({kind for hashed in found if (kind := difference(user_id, spelt[hashed])) is not None})
+    if not kinds:
+        return None
+    return (f"a held request was filed for a user id that differs from this one only in {' / '.join(kinds)}: give "
+            "--user exactly as that request was filed (its ticket says)")
 
 
 def _summary(mapping: Any, operators: list[str], now: datetime, log_key: str) -> RequestSummary:

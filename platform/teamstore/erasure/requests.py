@@ -280,10 +280,18 @@ async def user_hashes(engine: AsyncEngine, knobs: ErasureSettings, user_id: str)
     Raises:
         StoreUnavailable: The database could not be reached.
     """
+    return tuple(user_hash(user_id, key) for key in await hash_keys(engine, knobs))
+
+
+async def hash_keys(engine: AsyncEngine, knobs: ErasureSettings) -> list[str]:
+    """The keys :func:`user_hashes` hashes under, in its order, each once.
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
     ours = await database_id(engine)
     given = [secret.get_secret_value() for secret in (knobs.hash_key, knobs.hash_key_previous) if secret]
-    keys = dict.fromkeys([*given, ours])  # in that order, each once
-    return tuple(user_hash(user_id, key) for key in keys)
+    return list(dict.fromkeys([*given, ours]))
 
 
 async def open_request(
