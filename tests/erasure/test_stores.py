@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 from typer.testing import CliRunner
@@ -434,6 +435,24 @@ async def test_a_held_request_whose_rerun_fails_counts_no_version_held_that_no_p
     assert (counts.objects, counts.versions, counts.retained, counts.unreadable) == (5, 5, 0, 0), counts
     assert (await coordinator(engine, first).status("req-held-fails")).stores["transcripts"].counts == counts
     await first.close()
+
+
+@pytest.mark.s3
+async def test_a_request_held_without_a_hash_key_warns_that_its_hash_of_the_user_id_is_keyed_by_the_database(
+    engine: AsyncEngine, s3_env: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A held request keeps a hash of the id it forgot; keyed by the database's own id, a copy of the database alone
+    tests guessed ids against it. A deployment's erasure (Postgres, or an S3 store) says so, naming no id."""
+    for request_id, key in (("req-unkeyed", None), ("req-keyed", SecretStr("k" * 32))):
+        locked = S3TranscriptStore(make_client(), versioned_bucket(lock=True), "audit")
+        await _held_in(engine, {locked: 2})
+        caplog.clear()
+        receipt = await coordinator(engine, locked, hash_key=key).run(USER, request_id=request_id)
+        assert receipt.status is RequestStatus.RETAINED_UNDER_HOLD, receipt
+        warned = [r.getMessage() for r in caplog.records if "TEAMSTORE_ERASURE_HASH_KEY is unset" in r.getMessage()]
+        assert len(warned) == (1 if key is None else 0), warned
+        assert not [line for line in warned if USER in line or request_id in line]
+        await locked.close()
 
 
 async def test_a_transcript_delivered_from_the_outbox_records_the_store_it_went_to(

@@ -336,7 +336,19 @@ class DeletionCoordinator:
             raise requests.taken_over(row.request_id)
         await empty_sqlite_log(self.engine, "an erasure")
         log.info("erasure %s finished: %s", self._named(row.request_id), receipt.status)
+        if receipt.status is RequestStatus.RETAINED_UNDER_HOLD and self.knobs.hash_key is None and self._deployed():
+            # The request now keeps a hash of the id it forgot, keyed by the database's own id: a copy of the
+            # database alone (a backup) can test guessed ids (email addresses) against it.
+            log.warning("erasure %s is held and keeps a hash of its user id keyed by the database's own id, as "
+                        "TEAMSTORE_ERASURE_HASH_KEY is unset: a copy of the database alone can test a guessed id "
+                        "against it (fix: set TEAMSTORE_ERASURE_HASH_KEY to a secret kept out of the database; the "
+                        "request's rerun then keeps the hash under it)", self._named(row.request_id))
         return receipt
+
+    def _deployed(self) -> bool:
+        """Whether this is a deployment's erasure (a Postgres database or an S3 transcript store), not the embedded
+        default's, whose database file and key sit side by side on one machine anyway."""
+        return self.engine.dialect.name != "sqlite" or self.transcripts.url.startswith("s3://")
 
     async def _closing(
         self, row: requests.RequestRow, results: dict[str, StoreResult], status: RequestStatus,
