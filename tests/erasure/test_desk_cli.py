@@ -307,6 +307,22 @@ def test_a_held_request_is_refused_under_another_user_id_before_anything_is_show
     assert row["status"] == "retained_under_hold" and row["operators"] == []  # never run for hal
 
 
+@pytest.mark.parametrize("held", [True, False])
+def test_a_rerun_that_finds_nothing_more_is_asked_to_resume_its_request_not_to_file_a_no_match(held: bool) -> None:
+    # A held request forgot the user's id, and a stopped one may have erased everything already: the rerun
+    # finishes that request, so the question is about it, not about a new no_match receipt.
+    assert cli("db", "upgrade").exit_code == 0
+    asyncio.run(_held("req-890", "kim") if held else _open("req-890", "kim"))
+
+    status, _out, shown = _on_a_terminal("n", "erase", "--user", "kim", "--request-id", "req-890")
+    said = " ".join(shown.split())
+    assert status == 1 and "this resumes request req-890" in said, shown
+    assert "File a no_match receipt" not in said and "Resume request req-890 to finish it?" in said
+    assert "not confirmed: nothing was erased and the request stays as it was" in said
+    (row,) = _requests()
+    assert row["status"] == ("retained_under_hold" if held else "open")
+
+
 def test_list_by_user_finds_a_held_request_by_the_hash_it_keeps_and_no_other_users() -> None:
     # A held request has forgotten its user's id: the desk asked for the user's requests found none of it.
     _populate("ivy")

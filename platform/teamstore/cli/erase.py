@@ -249,7 +249,8 @@ def _confirm(user: str, request_id: str | None, reason: str | None, requested_by
     if not receipt.matched:
         suggest_near_matches(user)
     question = ("Erase what is listed above? It cannot be undone" if receipt.matched else
-                "No store holds anything for this id. File a no_match receipt for it")
+                "No store holds anything for this id. File a no_match receipt for it" if earlier is None else
+                f"Nothing more is found for this id. Resume request {plain(earlier.request_id)} to finish it?")
     untouched = "the request stays as it was" if earlier is not None else "no request was opened"
     if not _answered_yes(question, untouched):
         raise ConfirmationNeeded(f"not confirmed: nothing was erased and {untouched}",
