@@ -10,14 +10,15 @@ it in that situation (``registry check`` 2 for an incompatible change; ``erase``
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,8 @@ from typer.testing import CliRunner
 
 from teamstore.cli import app
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README, MAKEFILE, PYPROJECT = ROOT / "README.md", ROOT / "Makefile", ROOT / "pyproject.toml"
 EXPECTED: dict[str, tuple[int, str]] = {
     "registry check": (2, "INCOMPATIBLE"),  # the tour's v2 renames a persisted participant
     "erase --user": (1, "no terminal to ask on"),  # run without a terminal, it refuses to erase unasked
@@ -38,14 +40,24 @@ MODEL_SECONDS = "1.5"
 """How long each model call of the checkpointed team takes: long enough to kill its worker after turn 1."""
 
 
-def tour() -> list[tuple[list[str], str | None]]:
-    """The tour's commands in order: each as its argument list after ``teamstore``, and the text piped to it."""
+SHELL = ("source", "export")
+"""The words a line of the tour's shell (not a ``teamstore`` command) may start with."""
+
+
+def lines() -> list[str]:
+    """The tour's lines in order as written, a continued line joined, blank and comment-only lines left out."""
     text = README.read_text(encoding="utf-8")
     block = text.split("\n## A quick tour\n", 1)[1].split("```bash\n", 1)[1].split("\n```", 1)[0]
+    return [line for line in block.replace("\\\n", " ").splitlines() if shlex.split(line, comments=True)]
+
+
+def tour() -> list[tuple[list[str], str | None]]:
+    """The tour's commands in order: each as its argument list after ``teamstore``, and the text piped to it."""
     commands = []
-    for line in block.replace("\\\n", " ").splitlines():
+    for line in lines():
         words = shlex.split(line, comments=True)
-        if not words:
+        if words[0] in SHELL:
+            assert not commands, f"the tour's shell lines come before its first command: {line}"
             continue
         stdin = None
         if "|" in words:
@@ -55,6 +67,18 @@ def tour() -> list[tuple[list[str], str | None]]:
         assert words[0] == "teamstore", line
         commands.append((words[1:], stdin))
     return commands
+
+
+def shell(tmp: Path) -> dict[str, str]:
+    """What the tour's shell lines before its first command leave in the environment, run by bash (``mktemp``
+    making its folders in ``tmp``): the variables they export, by name."""
+    head = list(itertools.takewhile(lambda line: line.split()[0] in SHELL, lines()))
+    exports = [line for line in head if line.startswith("export ")]  # `source`, the virtualenv: this process's
+    exported = [line.split()[1].split("=", 1)[0] for line in exports]
+    script = "\n".join([*exports, *(f'printf "%s\\0" "${name}"' for name in exported)])
+    done = subprocess.run(["bash", "-c", script], env={**os.environ, "TMPDIR": str(tmp)}, capture_output=True,
+                          text=True, check=True)
+    return dict(zip(exported, done.stdout.split("\0")[:-1], strict=True))
 
 
 def _starts(args: list[str], *words: str) -> bool:
@@ -73,8 +97,8 @@ class Tour:
     """Runs the tour's ``teamstore`` commands (in this process, as the other CLI tests do) and keeps what they
     printed; a worker to be killed, or an erasure to be stopped, is a process of its own."""
 
-    def __init__(self, cwd: Path, warehouse: str) -> None:
-        self.cwd, self.warehouse = cwd, warehouse
+    def __init__(self, cwd: Path) -> None:
+        self.cwd = cwd
         self.filled: dict[str, str] = {}
         self.used: set[str] = set()
 
@@ -104,9 +128,12 @@ class Tour:
         self.json("registry", "label", "support_triage", self.filled[version], "production", "--reason", "ship")
 
     def interrupted_run(self) -> None:
-        """A checkpointed team's run whose worker is killed (SIGKILL) once turn 1 is durable."""
+        """A run of the checkpointed team the tour registered, its worker killed (SIGKILL) once turn 1 is durable:
+        the version it runs, labelled production, takes its time over each model call so that it can be."""
         from teamstore.examples import support_escalation
 
+        registered = self.json("registry", "show", "support_escalation@production")
+        assert registered["manifest"]["checkpoints"] == "every_turn", registered
         component = self.cwd / "support_escalation.json"
         component.write_text(support_escalation(float(MODEL_SECONDS)).dump_component().model_dump_json())
         self.json("registry", "add", "support_escalation", "--file", str(component), "--persist", "researcher",
@@ -169,7 +196,6 @@ class Tour:
 
     def fill(self, args: list[str]) -> list[str]:
         filled = [self.filled.get(a, a) if a.startswith("<") or a == "42" else a for a in args]
-        filled = [a.replace("s3://warehouse/", f"s3://{self.warehouse}/") for a in filled]
         filled = ["the data are held in three systems" if a == "..." else a for a in filled]
         assert not any(a.startswith("<") for a in filled), f"a placeholder nothing printed: {filled}"
         return filled
@@ -188,6 +214,26 @@ class Tour:
         return done
 
 
+def test_the_tour_starts_in_the_virtualenv_make_demo_made_on_a_fresh_home_of_its_own(tmp_path: Path) -> None:
+    venv = re.search(r"^VENV \?= (\S+)$", MAKEFILE.read_text(encoding="utf-8"), re.MULTILINE)
+    assert venv is not None
+    assert shlex.split(lines()[0], comments=True) == ["source", f"{venv[1]}/bin/activate"]
+    assert 'teamstore = "teamstore.cli:main"' in PYPROJECT.read_text(encoding="utf-8")  # what puts it on the PATH
+    home = Path(shell(tmp_path)["TEAMSTORE_HOME"])  # not the demo's ./.teamstore, whose teams have an owner
+    assert home.parent == tmp_path and home.is_dir() and not any(home.iterdir())
+
+
+def test_the_tour_registers_every_team_before_it_runs_one() -> None:
+    registered: set[str] = set()
+    for args, _ in tour():
+        if _starts(args, "registry", "add"):
+            registered.add(args[2])
+        elif _starts(args, "run"):
+            team = args[args.index("--team") + 1].split("@")[0]
+            assert team in registered, f"the tour runs {team} before it registers it"
+    assert registered == {"support_triage", "support_escalation"}
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def database(request: pytest.FixtureRequest) -> str | None:
     """The database the tour runs on: the embedded default, or a throwaway Postgres database (``None``: SQLite)."""
@@ -203,14 +249,14 @@ def test_every_command_of_the_readme_tour_runs_in_order(
 ) -> None:
     import boto3
 
-    warehouse = f"ts-{uuid.uuid4().hex[:12]}"
-    boto3.client("s3").create_bucket(Bucket=warehouse)
+    for name, value in shell(tmp_path).items():  # the fresh home the tour exports
+        monkeypatch.setenv(name, value)
     monkeypatch.setenv("TEAMSTORE_TRANSCRIPTS_URL", f"s3://{s3_bucket}/teamstore")
     monkeypatch.setenv("OPENAI_API_KEY", "")  # the example teams' offline model client: no network, no key
     cwd = tmp_path / "shell"
     cwd.mkdir()
     monkeypatch.chdir(cwd)  # where `-o cost.html` and `--output alice.zip` land
-    steps = Tour(cwd, warehouse)
+    steps = Tour(cwd)
     if database is not None:  # production never migrates implicitly: the README's real-services block runs this
         monkeypatch.setenv("TEAMSTORE_DATABASE_URL", database)
         steps.json("db", "upgrade")
@@ -225,7 +271,6 @@ def test_every_command_of_the_readme_tour_runs_in_order(
     restored = next(done.stdout for line, done in said.items() if line.startswith("sessions restore"))
     assert "restored quarantined state" in restored
     assert (cwd / "cost.html").stat().st_size > 0 and (cwd / "alice.zip").stat().st_size > 0
-    s3 = boto3.client("s3")
-    assert s3.list_objects_v2(Bucket=warehouse, Prefix="teamstore/ledger/day=")["KeyCount"] >= 1
-    rules = s3.get_bucket_lifecycle_configuration(Bucket=s3_bucket)["Rules"]
+    assert list((cwd / "ledger").glob("day=*/part-00000.parquet"))
+    rules = boto3.client("s3").get_bucket_lifecycle_configuration(Bucket=s3_bucket)["Rules"]
     assert [rule["Filter"]["Prefix"] for rule in rules] == ["teamstore/subjects/"]
