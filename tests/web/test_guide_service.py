@@ -9,6 +9,7 @@ import asyncio
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -23,7 +24,7 @@ from teamstore.db.engine import create_engine
 from teamstore.db.fence import held
 from teamstore.errors import KeyFileInDoubt
 from tests.conftest import prepare
-from tests.web.guide import GUIDE, TURNS, GuideServer, register_team, write_guide_files
+from tests.web.guide import GUIDE, ROOT, TURNS, GuideServer, guide_blocks, register_team, write_guide_files
 
 TEXT = "My router keeps dropping"
 SOURCES = ["user", *["triage", "researcher", "critic"] * 2]
@@ -105,6 +106,17 @@ async def runs_interrupted(user: str, session: str) -> int:
     report = await on_app(None, lambda app: report_on(app, CostQuery.build("session", user=user, session=session),
                                                       False))
     return report.total.runs_interrupted
+
+
+def test_the_readme_shows_a_piece_of_the_guide_s_service_rather_than_a_service_of_its_own() -> None:
+    # One full example, the one these tests run: a second copy in the README drifted from it (a query
+    # parameter where the guide takes a JSON body, no handler to make a blank message a 422).
+    service = "\n\n".join(guide_blocks(GUIDE.read_text(encoding="utf-8"))["service.py"])
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    shown = re.findall(r"^```python\n(.*?)^```$", readme, re.MULTILINE | re.DOTALL)
+    assert shown, "the README shows no request handler"
+    for code in shown:
+        assert code in service, f"README.md shows code that docs/services.md's service does not hold:\n{code}"
 
 
 def test_the_guide_s_own_tests_pass_against_the_guide_s_service(app_folder: Path) -> None:
