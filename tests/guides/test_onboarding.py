@@ -47,7 +47,7 @@ def test_every_command_of_the_walkthrough_runs_in_order(shell: Shell) -> None:
     production = shell.json("registry", "show", "support_triage@production")["version"]
     assert production.startswith(shell.filled["3f1c2ab"])  # rolled back
     (kept,) = shell.json("sessions", "quarantine", "--user", "alice")  # the fresh state, set aside in turn
-    assert str(kept["id"]) != shell.filled["42"]
+    assert str(kept["id"]) != shell.filled["42"] and kept["reason"] == "replaced"  # as the guide says
 
 
 def test_a_registration_over_its_bound_says_what_the_guide_shows(shell: Shell) -> None:
