@@ -526,3 +526,22 @@ async def test_exports_json_lists_each_earlier_export_with_why_it_ended_as_expor
     details = {row["export_id"]: (row["status"], row["detail"]) for row in earlier}
     assert details == {killed: ("failed", abandoned_detail(killed)), failed: ("failed", "memory: OSError")}
     assert details[killed][1] == (await export_status(engine, killed))["detail"]
+
+
+async def test_a_detail_an_earlier_release_wrote_with_the_errors_message_is_shown_without_it(
+    engine: AsyncEngine, tmp_path: Path, out: Path
+) -> None:
+    # Records failed before details were fixed text hold the error's message, which names the archive's path.
+    subject_key = await get_or_create_subject(engine, "gil")
+    old = new_export_id()
+    await open_export(engine, old, subject_key, user_id="gil", requested_by=None, operator="dpo", owner="host:1:a")
+    await export_requests_module.fail_export(
+        engine, old, "the archive: ExportTargetExists: /srv/dpo/requests/gil-ticket7.zip exists; pick: another",
+        owner="host:1:a")
+
+    done = await exporter(engine, LocalTranscriptStore(tmp_path / "t")).run("gil", out / "gil.zip", operator="dpo")
+
+    (earlier,) = loaded(unpack(done.path), "exports.json")["earlier_exports"]
+    assert earlier["detail"] == "the archive: ExportTargetExists"
+    assert (await export_status(engine, old))["detail"] == "the archive: ExportTargetExists"
+

@@ -205,6 +205,30 @@ async def test_an_export_whose_record_may_be_written_and_whose_failure_cannot_be
     assert list(out.iterdir()) == []
 
 
+async def test_an_export_whose_record_lands_only_after_it_gave_up_names_the_id_to_check(
+    engine: AsyncEngine, tmp_path: Path, out: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The insert's commit is still on its way (a standby holding it) as the export fails it: nothing to fail yet.
+    open_as_it_is = export_requests_module.open_export
+    late: list[Any] = []
+
+    async def unanswered(*args: Any, **kwargs: Any) -> Any:
+        late.append((args, kwargs))
+        raise StoreUnavailable("could not record the export: connection lost", hint="check it")
+
+    monkeypatch.setattr(export_requests_module, "open_export", unanswered)
+    await get_or_create_subject(engine, "gil")
+
+    with pytest.raises(StoreUnavailable, match="may have been written all the same") as raised:
+        await exporter(engine, LocalTranscriptStore(tmp_path / "t")).run("gil", out / "gil.zip", operator="dpo")
+    ((args, kwargs),) = late
+    await open_as_it_is(*args, **kwargs)  # and now it lands
+    async with engine.connect() as conn:
+        (export_id,) = (await conn.execute(select(export_requests.c.export_id))).scalars().all()
+    assert f"teamstore export status {export_id}" in str(raised.value.hint)
+    assert list(out.iterdir()) == []
+
+
 def _export(tmp_path: Path, *args: str, stdout: Any = subprocess.PIPE, stderr: Any = subprocess.PIPE,
             ) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run([sys.executable, "-m", "teamstore", "export", *args], stdout=stdout, stderr=stderr,

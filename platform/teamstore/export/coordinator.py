@@ -232,7 +232,9 @@ class ExportCoordinator:
             await self._stopped(export_id, "as it began")
             raise
         except Exception as exc:  # written, perhaps, and its answer lost (the connection dropped after the commit)
-            if await self._record_failure(export_id, f"as it began: {type(exc).__name__}") is None and isinstance(
+            # Not recorded (the database gone, or no record yet: an insert still on its way finds none to fail):
+            # the id is named, as nothing else has said it.
+            if await self._record_failure(export_id, f"as it began: {type(exc).__name__}") is not True and isinstance(
                     exc, StoreUnavailable):
                 raise _open_unknown(export_id, exc) from exc
             raise

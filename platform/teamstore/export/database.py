@@ -34,6 +34,7 @@ from teamstore.audit.transcripts import record
 from teamstore.db.engine import describe_failure
 from teamstore.errors import AuditError, StateRejected, StoreUnavailable
 from teamstore.export.base import Archive, ExportContext, Section, add_json_rows, as_stored
+from teamstore.export.requests import fixed_detail
 from teamstore.export.schema import export_requests
 from teamstore.keys.schema import data_keys
 from teamstore.memory.store import MemoryStore
@@ -318,7 +319,7 @@ class ExportRows:
         query = select(e.export_id, e.requested_by, e.operator, e.status, e.started_at, e.finished_at,
                        e.detail).where(
             _by_subject(export_requests)(ctx), e.export_id != ctx.export_id).order_by(e.started_at)
-        rows = await read(ctx.engine, query, self.name)
+        rows = [row | {"detail": fixed_detail(row["detail"])} for row in await read(ctx.engine, query, self.name)]
         return archive.add_json("exports.json", {"earlier_exports": rows}, records=len(rows))
 
 

@@ -56,6 +56,19 @@ def partial_name(export_id: str) -> str:
     return f".*.{export_id}.partial"
 
 
+# What records written before details were fixed text hold: where, the error's type, then its message.
+_WITH_MESSAGE = re.compile(r"(?P<where>[a-z_][a-z_ ]{0,63}): (?P<kind>[A-Z][A-Za-z0-9]{0,127}): ", re.DOTALL)
+
+
+def fixed_detail(detail: str | None) -> str | None:
+    """A record's ``detail`` as fixed text: one written by an earlier release as ``where: Type: message`` loses
+    its message, which may name the archive's path (often after the user) or an object key, wherever the
+    record is shown (``export status``, and the user's next archive)."""
+    if detail is None or (found := _WITH_MESSAGE.match(detail)) is None:
+        return detail
+    return f"{found['where']}: {found['kind']}"
+
+
 def abandoned_detail(export_id: str) -> str:
     """The ``detail`` of a record closed as abandoned: what happened and what to do (no path, no user)."""
     return (f"{ABANDONED}: the export stopped renewing its lease, killed outright (SIGKILL, out of memory, a crash, "
@@ -277,7 +290,8 @@ async def export_status(engine: AsyncEngine, export_id: str) -> dict[str, Any]:
     if found is None:
         raise ExportNotFound(f"no export is recorded under {export_id}",
                              hint="check the id; a record is written as the export starts, once its id is printed")
-    shown = {name: found[name] for name in _SHOWN} | {"lease_until": utc(found["lease_until"])}
+    shown = {name: found[name] for name in _SHOWN} | {"lease_until": utc(found["lease_until"]),
+                                                       "detail": fixed_detail(found["detail"])}
     if found["abandoned"]:
         shown |= {"status": ABANDONED, "finished_at": _lease_end(found["lease_until"], found["started_at"]),
                   "detail": abandoned_detail(export_id)}

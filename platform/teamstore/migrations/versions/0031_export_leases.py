@@ -4,7 +4,7 @@
 A running export renews its lease on the database's clock; a record still ``running`` whose lease has passed was
 abandoned, and the next export closes it as ``failed`` (:func:`teamstore.export.requests.close_abandoned`). A record
 left ``running`` before this revision has no owner: its lease is set to end a day after it began, the bound the
-retention sweep already gave such a record (``teamstore.erasure.quiet.EXPORT_RUNS``).
+retention sweep then gave such a record.
 
 Revision ID: 0031
 Revises: 0030
