@@ -263,6 +263,26 @@ async def test_a_live_user_named_erased_reads_apart_from_the_erased_in_the_table
     assert [line.split()[0] for line in table.splitlines() if "erased" in line] == ["'erased", "erased"]
 
 
+@pytest.mark.parametrize("listing", [[], ["--top", "10"]])
+async def test_a_user_whose_id_is_total_reads_apart_from_the_total_line_in_every_format(
+    ledger_env: AsyncEngine, listing: list[str],
+) -> None:
+    from tests.analytics.seed import seed_ledger
+
+    await seed_ledger(ledger_env, [("r6", "total", "s1", "support", "v1", "2026-11-10", "completed",
+                                    [("triage", "m-big", 1000, 0, 1)])])
+    status, out, _ = await asyncio.to_thread(_cost, "--by", "user", "--format", "csv", *listing)
+    *rows, total = list(csv.DictReader(io.StringIO(out)))
+    assert status == 0 and total["user"] == "total" and total["cost"] != "0.003"
+    assert [row["cost"] for row in rows if row["user"] == "'total"] == ["0.003"]
+    assert [row for row in rows if row["user"] == "total"] == []
+    status, table, _ = await asyncio.to_thread(_cost, "--by", "user", *listing)
+    assert [line.split()[0] for line in table.splitlines() if "total" in line] == ["'total", "total"]
+    status, out, _ = await asyncio.to_thread(_cost, "--by", "user", "--format", "json", *listing)
+    report = json.loads(out)  # the total is a key of its own: the user's id is given as it is
+    assert [row["cost"] for row in report["rows"] if row["user"] == "total"] == ["0.003"]
+
+
 
 @pytest.mark.parametrize("by", ["day", "day,team"])
 def test_a_table_a_little_wider_than_the_terminal_shows_each_day_whole(ledger_env: AsyncEngine, by: str) -> None:

@@ -58,9 +58,30 @@ def _money(value: str | None, unpriced: int) -> str:
     return value + (" + unknown" if unpriced else "")
 
 
+TOTAL = "total"
+"""What the first group column of the total line reads, in the table and the CSV."""
+
+
+def _total_group(report: CostReport) -> list[str]:
+    return [TOTAL, *[""] * (len(report.fields) - 1)]
+
+
+def _group_values(report: CostReport, row: CostRow) -> list[str]:
+    """A group's columns as the table and the CSV write them: a first column that would read as the total
+    line's (a user whose id is ``total``) gets a leading ``'``, as a live user named ``erased`` does. A user
+    starting with ``'`` already has one more (:func:`~teamstore.analytics.names.user_label`); any other
+    first column gets one more here, so no two groups read alike. JSON needs none: its total is a key apart."""
+    values = [row.group.get(f, "") for f in report.fields]
+    first = values[0] if values else None
+    if first == TOTAL or (first is not None and first.startswith("'") and report.fields[0] != "user"):
+        values[0] = f"'{first}"
+    return values
+
+
 def _table_cells(report: CostReport, row: CostRow, total: bool) -> list[str]:
-    group = ["total", *[""] * (len(report.fields) - 1)] if total else [_group_cell(f, row.group.get(f, ""))
-                                                                         for f in report.fields]
+    group = _total_group(report) if total else [_group_cell(f, v) for f, v in zip(report.fields,
+                                                                                  _group_values(report, row),
+                                                                                  strict=True)]
     figures = row.figures()
     return [*(plain(v) for v in group), str(row.runs_completed), str(row.runs_limited), str(row.runs_failed),
             str(row.runs_interrupted), str(row.calls), str(row.input_tokens), str(row.output_tokens),
@@ -162,12 +183,12 @@ class _Csv:
 
     def row(self, row: CostRow, group: Sequence[str] | None = None) -> None:
         figures = row.figures()
-        cells = [_cell(v) for v in group or [row.group.get(f, "") for f in self.report.fields]]
+        cells = [_cell(v) for v in group or _group_values(self.report, row)]
         cells += [_cell(figures[c]) for c in FIGURES]
         self._write([*cells, _cell(";".join(row.unpriced_models)), self.report.currency, self.report.price_version])
 
     def end(self) -> None:
-        self.row(self.report.total, ["total", *[""] * (len(self.report.fields) - 1)])
+        self.row(self.report.total, _total_group(self.report))
 
 
 class _Json:
