@@ -338,6 +338,32 @@ def test_a_transcript_folder_this_machine_does_not_have_is_said_to_be_elsewhere_
     assert json.loads(runner.invoke(app, [*show, "--json"]).stdout)["total"] == 1
 
 
+@pytest.mark.parametrize("here_exists", [True, False])
+def test_a_session_whose_transcripts_went_to_another_store_names_it_and_the_setting_that_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, here_exists: bool
+) -> None:
+    # It said "no transcript for that session" and to check the session id (or, with no folder of its own here,
+    # that the transcripts are kept in that folder), while the records said where they went.
+    there = tmp_path / "service-tx"
+    monkeypatch.setenv("TEAMSTORE_TRANSCRIPTS_URL", there.as_uri())
+    run_ids = _populate(1)
+    here = tmp_path / "default-tx"
+    if here_exists:
+        here.mkdir()
+    monkeypatch.setenv("TEAMSTORE_TRANSCRIPTS_URL", here.as_uri())
+    show = ["transcripts", "show", "--user", USER, "--session", SESSION]
+    for args in ([], ["--run", run_ids[0]]):
+        result = runner.invoke(app, [*show, *args], env={"COLUMNS": "300"})
+        said = " ".join(result.stderr.split())
+        assert result.exit_code == 1 and f"were written to {there.as_uri()}" in said, result.output
+        assert f"TEAMSTORE_TRANSCRIPTS_URL={there.as_uri()}" in said and "check the session id" not in said
+        assert "a folder this machine does not have" not in said
+    monkeypatch.setenv("TEAMSTORE_TRANSCRIPTS_URL", there.as_uri())
+    assert json.loads(runner.invoke(app, [*show, "--json"]).stdout)["total"] == 1
+    missing = runner.invoke(app, ["transcripts", "show", "--user", USER, "--session", "other"])
+    assert missing.exit_code == 1 and "check the session id" in missing.stderr  # its own store: a wrong id
+
+
 def test_a_flush_on_a_machine_without_the_transcript_folder_delivers_nothing_there_unless_told_to_make_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

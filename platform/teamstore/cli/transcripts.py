@@ -86,6 +86,8 @@ async def load_transcripts(
         page = await (one_run(store, run_keys, run, opener=opener) if run is not None
                       else newest_runs(store, run_keys, last, opener=opener))
     except TranscriptNotFound as exc:
+        if not queued and (elsewhere := await _written_elsewhere(engine, subject, store)) is not None:
+            raise elsewhere from exc
         if not queued and await missing_here(store):  # not "check the session id": the folder is not here at all
             raise _not_here(store.url) from exc
         if not queued:
@@ -96,6 +98,27 @@ async def load_transcripts(
             raise
         raise type(exc)(f"{exc.message} ({_queued_note(queued)})", hint=exc.hint) from exc
     return page, queued
+
+
+async def _written_elsewhere(engine: AsyncEngine, subject: str, store: TranscriptStore) -> TranscriptNotFound | None:
+    """The error of a user whose transcripts the records say went to other stores, never to this one (a service
+    run with another TEAMSTORE_TRANSCRIPTS_URL): it names them, and the setting that reads them, as erase's dry
+    run does. ``None`` when this store is one of them (the session's may be here: its own error stands)."""
+    from teamstore.audit.placement import endpoint_setting
+    from teamstore.audit.subjects import recorded_endpoints, recorded_stores
+    from teamstore.audit.transcripts import store_endpoint
+
+    recorded = await recorded_stores(engine, subject)
+    others = sorted(url for url, erased in recorded.items() if not erased and url != store.url)
+    if not others or recorded.get(store.url) is False:
+        return None
+    endpoint = (await recorded_endpoints(engine, subject)).get(others[0])
+    at = f"{endpoint_setting(endpoint)} and " if endpoint not in (None, store_endpoint(store)) else ""
+    return TranscriptNotFound(
+        f"no transcript of this user in {store.url}: the records say their transcripts were written to "
+        f"{' and '.join(others)}",
+        hint=f"run `teamstore transcripts show` with {at}TEAMSTORE_TRANSCRIPTS_URL={others[0]}",
+    )
 
 
 def _not_here(url: str) -> TranscriptUnavailable:
