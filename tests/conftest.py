@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -19,6 +20,16 @@ pytest_plugins = ["tests.services.fixtures"]
 
 KEY_CACHE_SECONDS = "0.2"
 """``TEAMSTORE_KEY_CACHE_SECONDS`` in tests, in this process and in every CLI process a test starts."""
+
+
+@pytest.fixture(autouse=True)
+def _ctrl_c_given_back() -> Iterator[None]:
+    """Ctrl-C as it was before the test: a command that has committed its work (``keys rotate``, ``registry add``)
+    run in this process ignores it from then on, as it does in its own process until it exits, and pytest would
+    stay deaf to it."""
+    handler = signal.getsignal(signal.SIGINT)
+    yield
+    signal.signal(signal.SIGINT, handler)
 
 
 @pytest.fixture(autouse=True)

@@ -3,7 +3,6 @@ key file or in KMS (moto's server over HTTP, the endpoint S3 uses too); a live d
 
 from __future__ import annotations
 
-import signal
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -16,15 +15,6 @@ from teamstore.keys import KeyService
 from teamstore.settings import Settings
 from tests.keys.backups import Backups
 from tests.keys.outage import Outage
-
-
-@pytest.fixture(autouse=True)
-def _ctrl_c_given_back() -> Iterator[None]:
-    """Ctrl-C as it was before the test: ``keys rotate`` run in this process ignores it from the end of its
-    rotation on, as it does in its own process until it exits, and pytest would stay deaf to it."""
-    handler = signal.getsignal(signal.SIGINT)
-    yield
-    signal.signal(signal.SIGINT, handler)
 
 
 @pytest.fixture(params=["local", pytest.param("kms", marks=pytest.mark.s3)])

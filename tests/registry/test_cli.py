@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -515,6 +516,23 @@ def test_a_factory_in_the_current_folder_is_imported_by_the_teamstore_script(
     assert "No module named 'billing_desk_team'" in said
     assert (f"fix: module 'billing_desk_team' must be importable from the current folder ({tmp_path}) or "
             "PYTHONPATH") in said
+
+
+def test_a_ctrl_c_once_registry_add_has_committed_changes_neither_its_output_nor_its_status(
+    registry_path: Path,
+) -> None:
+    # It said "registered" and exited 130, was killed by SIGINT, or printed a traceback from the interpreter's exit.
+    proc = subprocess.Popen([sys.executable, "-m", "teamstore", *ADD, "--factory", "teamstore.examples:support_triage"],
+                            env={**os.environ, "COLUMNS": "300"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert proc.stdout is not None
+    first = proc.stdout.readline()
+    proc.send_signal(signal.SIGINT)  # as the process closes up and exits
+    rest, err = proc.communicate(timeout=60)
+    assert first.startswith("registered support_triage version"), first + rest + err
+    assert proc.returncode == 0, err
+    assert "KeyboardInterrupt" not in err and "Traceback" not in err and "interrupted" not in err, err
+    assert as_json("registry", "list")[0]["name"] == "support_triage"
 
 
 def test_a_factorys_team_that_would_run_otherwise_once_registered_is_refused_by_the_command_line(

@@ -176,6 +176,17 @@ def _interrupt_from_the_loop() -> None:
     loop.call_soon_threadsafe(interrupt)
 
 
+def deaf_to_ctrl_c() -> None:
+    """Ignore Ctrl-C (SIGINT) from here until the process exits: the command's work is over and stored (a
+    rotation, a registration committed), and what is left is closing up and saying so. Python's own handler
+    would turn a Ctrl-C now into a traceback from the interpreter's exit ("Exception ignored in: <module
+    'threading'>") with status 0, the report cut short with 130, or, once the interpreter has put the signal's
+    default back, the process killed by SIGINT after the command said it was done. Ignored, it is left
+    unchanged as the interpreter shuts down."""
+    if threading.current_thread() is threading.main_thread():  # where signal handlers are set (and run)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def interrupted(said: str, fix: str, code: int = INTERRUPTED) -> NoReturn:
     """Say what a command stopped by Ctrl-C (or another stop) had done and what to run to go on; exit ``code``."""
     err_console.print("[bold red]interrupted[/]: " + plain(said))

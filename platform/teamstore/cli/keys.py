@@ -13,14 +13,19 @@ See docs/erasure.md for what the rotation bound means for backups.
 
 from __future__ import annotations
 
-import signal
-import threading
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
-from teamstore.cli._output import JsonOption, emit, err_console, interrupted, stopped_as_on_ctrl_c
+from teamstore.cli._output import (
+    JsonOption,
+    deaf_to_ctrl_c,
+    emit,
+    err_console,
+    interrupted,
+    stopped_as_on_ctrl_c,
+)
 from teamstore.cli._runner import with_app
 from teamstore.terminal import console, plain, print_table
 
@@ -254,7 +259,7 @@ def keys_rotate(
         from teamstore.keys.rotation import rotate
 
         report = await rotate(a.keys, to=to, retire_days=a.settings.key_retire_days, watch=seen.append)
-        _deaf_to_ctrl_c()
+        deaf_to_ctrl_c()
         return report.as_dict()
 
     # SIGTERM (a scheduled job cancelled, `kill`) and SIGHUP (the ssh session dropped) too: a batch being stored
@@ -267,7 +272,7 @@ def keys_rotate(
             if report is None or report.step != "done":
                 _interrupted(report, named=to is not None, code=stop.code)
             # It met the rotation as it returned, before it could be ignored: the rotation is over, and is said so.
-            _deaf_to_ctrl_c()
+            deaf_to_ctrl_c()
             data = report.as_dict()
 
     def render(d: dict[str, Any]) -> None:
@@ -290,16 +295,6 @@ def keys_rotate(
     emit(data, as_json=as_json, render=render)
     if data["retire_error"] is not None:
         _retire_failed(data["retire_error"])
-
-
-def _deaf_to_ctrl_c() -> None:
-    """Ignore Ctrl-C (SIGINT) from here until the process exits: the rotation is over and stored, and what is left
-    is closing the database and saying so. Python's own handler would turn a Ctrl-C now into a traceback from the
-    interpreter's exit ("Exception ignored in: <module 'threading'>") with status 0, the report cut short with
-    130, or, once the interpreter has put the signal's default back, the process killed by SIGINT after "rotated
-    to ..." was printed. Ignored, it is left unchanged as the interpreter shuts down."""
-    if threading.current_thread() is threading.main_thread():  # where signal handlers are set (and run)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _interrupted(report: RotationReport | None, *, named: bool, code: int) -> NoReturn:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from config_registry.errors import DefinitionInvalid
-from teamstore.cli._output import JsonOption, emit, fail
+from teamstore.cli._output import JsonOption, deaf_to_ctrl_c, emit, fail
 from teamstore.cli._registry_options import (
     build_manifest,
     dump_factory_here,
@@ -155,6 +155,7 @@ def _register(
         registry = _registry(create=True)
     before = _versions(registry, name)
     version = registry.add(name, component, manifest, message, label=label, allow_incompatible=allow_incompatible)
+    deaf_to_ctrl_c()  # committed: a Ctrl-C now would only cut short "registered" or turn its status into 130
     return registry.resolve(f"{name}@{version}"), version not in before
 
 
