@@ -42,7 +42,7 @@ from config_registry.layout import (
     team_names,
     versions,
 )
-from config_registry.manifest import Manifest, validate_name
+from config_registry.manifest import Manifest, shown, validate_name
 from config_registry.participants import kind_of
 from config_registry.registration import (
     TRACKED,
@@ -247,7 +247,7 @@ class Registry:
         check_actor("who", who)
         with self.repo.lock(self.lock_timeout):
             self._ready_to_write()
-            version = self._resolve_version(name, version_or_label)
+            version = self._resolve_version(name, version_or_label, alone=True)
             # A version whose memory facts another team now gives other types in a scope they share (a
             # rollback to it, say) is refused as registering it would be.
             check_shared_memory(self.repo, name, self._read(name, version).manifest)
@@ -381,7 +381,7 @@ class Registry:
         Raises:
             RegistryCorrupt: A version holds JSON no registration would have stored (a hand edit).
         """
-        x, y = self.resolve(f"{name}@{a}"), self.resolve(f"{name}@{b}")
+        x, y = self._given(name, a), self._given(name, b)
         return _reading(x, y, lambda: semantic_diff(x, y))
 
     def check(self, name: str, from_ref: str, to_ref: str) -> CompatibilityReport:
@@ -390,7 +390,7 @@ class Registry:
         Raises:
             RegistryCorrupt: A version holds JSON no registration would have stored (a hand edit).
         """
-        x, y = self.resolve(f"{name}@{from_ref}"), self.resolve(f"{name}@{to_ref}")
+        x, y = self._given(name, from_ref), self._given(name, to_ref)
         return _reading(x, y, lambda: compatibility(x, y))
 
     def build(
@@ -403,7 +403,9 @@ class Registry:
     def _latest(self, name: str) -> str:
         return versions(self.repo, name)[0]["commit"]
 
-    def _resolve_version(self, name: str, selector: str | None) -> str:
+    def _resolve_version(self, name: str, selector: str | None, *, alone: bool = False) -> str:
+        """The version ``selector`` names. ``alone``: it was given on its own (``registry label NAME VERSION``),
+        not after '@' in a team reference (``--team "$INPUT"``, which a user's words may reach)."""
         # Both as of one commit: a registration committing its version and moving a label between the two
         # reads left a worker with a label pointing at a version it had not seen (RegistryCorrupt).
         head = self.repo.head()
@@ -416,11 +418,7 @@ class Registry:
         matches = [v for v in made if len(selector) >= 7 and v.startswith(selector.lower())]
         if len(matches) == 1:
             return matches[0]
-        raise UnknownVersion(
-            f"what follows '@' is not a label or a unique version (7+ hex digits) of team {name!r}"
-            + (" (ambiguous prefix)" if matches else ""),
-            hint=f"see 'teamstore registry history {name}'; labels: {', '.join(sorted(labels)) or 'none'}",
-        )
+        raise _unknown(name, selector if alone else None, ambiguous=bool(matches), labels=labels)
 
     @staticmethod
     def _labelled(name: str, label: str, labels: dict[str, str], versions: builtins.list[str]) -> str:
@@ -436,6 +434,23 @@ class Registry:
 
     def _read(self, name: str, version: str) -> TeamDefinition:
         return read_definition(self.repo, name, version)
+
+    def _given(self, name: str, selector: str) -> TeamDefinition:
+        """The definition of a version or label given on its own (an argument of ``diff`` or ``check``)."""
+        return self._read(name, self._resolve_version(name, selector, alone=True))
+
+
+def _unknown(name: str, given: str | None, *, ambiguous: bool, labels: dict[str, str]) -> UnknownVersion:
+    """The error of a selector that names no version or label of ``name``: what was typed, when it was given on its
+    own (``given``); what follows '@' otherwise, never repeated (a user's words may have reached a team reference)."""
+    what = f"{shown(given)} is not a label or version" if given is not None else (
+        "what follows '@' is not a label or a unique version (7+ hex digits)")
+    why = " (several versions start with it: give more of its digits)" if ambiguous else ""
+    return UnknownVersion(
+        f"{what} of team {name!r}{why}",
+        hint=f"`teamstore registry history {name}` lists its versions (give 7 or more hex digits of one); "
+        f"labels: {', '.join(sorted(labels)) or 'none'}",
+    )
 
 
 def _reading(a: TeamDefinition, b: TeamDefinition, compare: Callable[[], _T]) -> _T:

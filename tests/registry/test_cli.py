@@ -76,6 +76,22 @@ def test_a_team_reference_that_names_no_team_says_what_is_wrong_without_repeatin
         assert "7Q3X" not in result.output
 
 
+def test_a_version_given_on_its_own_that_names_none_is_named_as_typed_with_how_to_list_versions(
+    registry_path: Path,
+) -> None:
+    # `registry label` said "what follows '@' is not a label ...": there was no '@' in what was typed.
+    as_json(*ADD, "--factory", "teamstore.examples:support_triage", "--label", "production", "-m", "first")
+    for args in (["label", "support_triage", "3f1c2ab", "production", "--reason", "rollback"],
+                 ["diff", "support_triage", "3f1c2ab", "production"],
+                 ["check", "support_triage", "--from", "production", "--to", "3f1c2ab"]):
+        result = invoke("registry", *args)
+        said = " ".join(result.stderr.split())
+        assert result.exit_code == 1, result.output
+        assert "error: '3f1c2ab' is not a label or version of team 'support_triage'" in said, said
+        assert "fix: `teamstore registry history support_triage` lists its versions" in said and "'@'" not in said
+    assert as_json("registry", "show", "support_triage@production")["labels"] == ["production"]
+
+
 def test_adding_the_latest_definition_again_says_no_version_was_made(registry_path: Path) -> None:
     first = as_json(*ADD, "--factory", "teamstore.examples:support_triage", "-m", "first")
     assert first["new"] is True
