@@ -415,6 +415,30 @@ def test_a_message_given_as_dash_is_read_from_stdin_and_kept_off_the_command_lin
     assert (asked["source"], asked["content"]) == ("user", "My router ZX-81 drops every evening")
 
 
+@pytest.mark.parametrize(("given", "limit"), [
+    (b"0123456789\r\n", "10"), (b"0123456789\n", "10"), (b"0123456789", "10"), (b"\xef\xbb\xbf0123456789\r\n", "10"),
+    (b"\xef\xbb\xbf0123456789", "1000")], ids=["crlf", "lf", "none", "bom-crlf", "bom-under-the-limit"])
+def test_a_message_on_stdin_at_the_limit_is_taken_whole_without_its_final_newline_or_byte_order_mark(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch, given: bytes, limit: str
+) -> None:
+    # A file saved on Windows: its final \r\n was one byte over the limit, and a BOM reached the model.
+    monkeypatch.setenv("TEAMSTORE_TASK_MAX_BYTES", limit)
+    args = ["run", "--team", "support_triage", "--user", "alice", "--session", "s1", "-", "--json"]
+    out = runner.invoke(app, args, input=given)
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.stdout)["messages"][0]["content"] == "0123456789"
+
+
+@pytest.mark.parametrize("given", [b"01234567890\r\n", b"\xef\xbb\xbf01234567890", b"0123456789\r\n\n"])
+def test_a_message_on_stdin_one_byte_over_the_limit_is_refused_whatever_it_ends_or_starts_with(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch, given: bytes
+) -> None:
+    monkeypatch.setenv("TEAMSTORE_TASK_MAX_BYTES", "10")
+    out = runner.invoke(app, ["run", "--team", "support_triage", "--user", "alice", "--session", "s1", "-"],
+                        input=given)
+    assert out.exit_code == 1 and "over the limit of 10 bytes" in " ".join(out.output.split()), out.output
+
+
 @pytest.mark.parametrize("text", ["", " \n\t\n"])
 def test_an_empty_message_on_stdin_is_refused_as_an_empty_argument_is(registry: Registry, text: str) -> None:
     out = runner.invoke(app, ["run", "--team", "support_triage", "--user", "alice", "--session", "s1", "-"],

@@ -19,6 +19,7 @@ a shell makes of undecodable bytes, cannot be saved, uploaded or sent to a model
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Sequence
 from typing import Any, BinaryIO
 
@@ -100,16 +101,20 @@ def check_not_blank(text: str) -> None:
 
 def read_task(stream: BinaryIO, max_bytes: int) -> str:
     """Read a text task from ``stream`` to its end, reading no more than one over ``max_bytes`` (and a
-    final newline): a stream past the limit is refused as soon as it is, not held in memory whole.
+    leading byte order mark and a final newline): a stream past the limit is refused as soon as it is, not
+    held in memory whole.
 
-    One final newline, which ``echo`` and a here-document add, is not part of the task.
+    One final newline, which ``echo`` and a here-document add (``\r\n`` from a file saved on Windows), is
+    not part of the task, nor is a leading UTF-8 byte order mark (Notepad's, PowerShell's), which would
+    otherwise reach the model as an invisible character.
 
     Raises:
-        InvalidTask: The stream holds more than ``max_bytes`` (its final newline aside), is not UTF-8, or
-            is empty or only whitespace.
+        InvalidTask: The stream holds more than ``max_bytes`` (its byte order mark and final newline aside),
+            is not UTF-8, or is empty or only whitespace.
     """
-    data = stream.read(max_bytes + 2)
-    data = data.removesuffix(b"\n")
+    data = stream.read(len(codecs.BOM_UTF8) + max_bytes + len(b"\r\n") + 1)
+    data = data.removeprefix(codecs.BOM_UTF8)
+    data = data[:-2] if data.endswith(b"\r\n") else data.removesuffix(b"\n")
     if len(data) > max_bytes:
         raise InvalidTask(f"the task read is over the limit of {max_bytes:,} bytes", hint=_TOO_LARGE_HINT)
     try:
