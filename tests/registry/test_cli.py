@@ -534,18 +534,24 @@ def test_a_factory_in_the_current_folder_is_imported_by_the_teamstore_script(
             "PYTHONPATH") in said
 
 
-def test_a_ctrl_c_once_registry_add_has_committed_changes_neither_its_output_nor_its_status(
-    registry_path: Path,
+@pytest.mark.parametrize("command", ["add", "label"])
+def test_a_ctrl_c_once_registry_add_or_label_has_committed_changes_neither_its_output_nor_its_status(
+    registry_path: Path, command: str
 ) -> None:
     # It said "registered" and exited 130, was killed by SIGINT, or printed a traceback from the interpreter's exit.
-    proc = subprocess.Popen([sys.executable, "-m", "teamstore", *ADD, "--factory", "teamstore.examples:support_triage"],
+    args = [*ADD, "--factory", "teamstore.examples:support_triage"]
+    said = "registered support_triage version"
+    if command == "label":
+        version = as_json(*args)["version"]
+        args, said = ["registry", "label", "support_triage", version, "staging", "--reason", "try"], "support_triage:"
+    proc = subprocess.Popen([sys.executable, "-m", "teamstore", *args],
                             env={**os.environ, "COLUMNS": "300"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stdout is not None
     first = proc.stdout.readline()
     proc.send_signal(signal.SIGINT)  # as the process closes up and exits
     rest, err = proc.communicate(timeout=60)
-    assert first.startswith("registered support_triage version"), first + rest + err
+    assert first.startswith(said), first + rest + err
     assert proc.returncode == 0, err
     assert "KeyboardInterrupt" not in err and "Traceback" not in err and "interrupted" not in err, err
     assert as_json("registry", "list")[0]["name"] == "support_triage"

@@ -293,6 +293,7 @@ def label(
     try:
         registry = _registry()
         moved = registry.label(name, version, label_name, reason, who=who)
+        deaf_to_ctrl_c()  # committed, as a registration is (`add`)
         target = registry.resolve(f"{name}@{label_name}").version
     except TeamstoreError as exc:
         fail(exc)
