@@ -171,6 +171,65 @@ def test_demo_refuses_a_home_where_its_team_and_users_are_someone_elses(tmp_path
     assert teamstore("registry", "history", "support_triage", "--json").stdout == history
 
 
+def _refused(home: Path) -> str:
+    """What the demo's check refuses in ``home`` ('' for nothing), as one line."""
+    from teamstore import demo
+    from teamstore.errors import ConfigurationError
+    from teamstore.settings import Settings
+
+    try:
+        demo._refuse_others(Settings(home=home))
+    except ConfigurationError as refused:
+        return " ".join(refused.message.split())
+    return ""
+
+
+def _with_its_teams(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """:func:`_commands`, on a home where the demo registered its teams and made the database."""
+    from config_registry import Registry
+    from teamstore import demo
+
+    demo._register(Registry.from_path(tmp_path / "home" / "registry", create=True))
+    teamstore = _commands(tmp_path)
+    assert teamstore("db", "upgrade").returncode == 0
+    return teamstore
+
+
+def test_demo_refuses_a_session_of_bob_by_an_id_only_alice_has_in_the_demo(tmp_path: Path) -> None:
+    teamstore = _with_its_teams(tmp_path)
+    assert teamstore("run", "--team", "support_triage", "--user", "bob", "--session", "case-104512", "hi").returncode == 0
+    assert "1 session(s) of alice or bob it did not open" in _refused(tmp_path / "home")
+
+
+def test_demo_refuses_a_user_of_its_names_whose_memory_outlived_every_record_of_their_sessions(
+    tmp_path: Path,
+) -> None:
+    import sqlite3
+
+    teamstore = _with_its_teams(tmp_path)
+    assert teamstore("run", "--team", "support_triage", "--user", "bob", "--session", "ticket-104512-b", "hi").returncode == 0
+    assert _refused(tmp_path / "home") == ""  # a session the demo opens: its own
+    with sqlite3.connect(tmp_path / "home" / "teamstore.db") as db:  # the sessions deleted, the ledger's swept
+        db.execute("DELETE FROM ts_sessions")
+        db.execute("DELETE FROM ts_subject_sessions")
+    assert "1 user(s) alice or bob with data no session of its own left" in _refused(tmp_path / "home")
+
+
+def test_demo_takes_its_own_versions_by_their_content_not_their_commit_message(tmp_path: Path) -> None:
+    # A commit hook that prefixes a ticket to every message, or a registration recovered after a kill.
+    from config_registry import Registry
+    from teamstore import demo
+
+    registry = Registry.from_path(tmp_path / "home" / "registry", create=True)
+    for name, made in demo._definitions().items():
+        for message, component, manifest in made:
+            registry.add(name, component, manifest, f"[OPS-42] {message}", allow_incompatible=True)
+    assert _refused(tmp_path / "home") == ""
+    message, component, manifest = demo._definitions()[demo.TEAM][0]
+    registry.add(demo.TEAM, component, manifest.model_copy(update={"description": "the CRM team's triage"}), message)
+    assert "1 version(s) of support_triage or support_escalation it did not register" in _refused(tmp_path / "home")
+
+
 @pytest.mark.postgres
 def test_demo_runs_on_postgres_s3_kms_and_an_otlp_endpoint(
     tmp_path: Path, postgres_url: str, s3_bucket: str, kms_key: str, otlp_env: OtlpReceiver

@@ -26,16 +26,18 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from autogen_core import ComponentModel
 from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 from rich.text import Text
 from sqlalchemy import inspect, select
 
-from config_registry import Registry
+from config_registry import Manifest, Registry
 from config_registry.errors import RegistryNotFound
 from teamstore.app import App
 from teamstore.audit.schema import subject_sessions, subjects
@@ -58,11 +60,8 @@ TEAM = "support_triage"
 LONG = "support_escalation"
 DEMO_USERS = ("alice", "bob")
 """The users the demo makes (and bob, erases): a database holding any other is not the demo's (:func:`_refuse_others`)."""
-DEMO_SESSIONS = re.compile(r"(ticket-[0-9]{6}-[ab]|case-[0-9]{6})")
-"""The sessions the demo opens for them (:func:`run_demo`): one of theirs by any other id is a real user's."""
-REGISTERED = {TEAM: ("support triage: triage, researcher (persisted), critic", "rename researcher to investigator"),
-              LONG: ("a long escalation, checkpointed after every turn",)}
-"""What the demo registers its teams' versions with: a version of them with another message is someone else's."""
+DEMO_SESSIONS = {"alice": re.compile(r"ticket-[0-9]{6}-a|case-[0-9]{6}"), "bob": re.compile(r"ticket-[0-9]{6}-b")}
+"""The sessions the demo opens for each (:func:`run_demo`): one of theirs by any other id is a real user's."""
 MODEL_SECONDS = 0.6  # each model call of the long case takes this long, so a worker can be killed mid-run
 LEASE_SECONDS = 3.0  # the killed worker's lease TTL
 
@@ -111,14 +110,22 @@ def _show_run(user: str, text: str, data: dict[str, Any]) -> None:
                   f"stop: {data['stop_reason']}[/]")
 
 
+def _definitions() -> dict[str, list[tuple[str, ComponentModel, Manifest]]]:
+    """What the demo registers, per team, in order: each version's message, component and manifest."""
+    renamed = example_manifest("support_triage_v2_renamed").model_copy(update={"name": TEAM})
+    return {TEAM: [("support triage: triage, researcher (persisted), critic", support_triage().dump_component(),
+                    example_manifest(TEAM)),
+                   ("rename researcher to investigator", support_triage_v2_renamed().dump_component(), renamed)],
+            LONG: [("a long escalation, checkpointed after every turn",
+                    support_escalation(MODEL_SECONDS).dump_component(), example_manifest(LONG))]}
+
+
 def _register(registry: Registry) -> tuple[str, str]:
-    first, renamed = REGISTERED[TEAM]
-    v1 = registry.add(TEAM, support_triage().dump_component(), example_manifest(TEAM), first, label="production")
-    manifest = example_manifest("support_triage_v2_renamed").model_copy(update={"name": TEAM})
-    v2 = registry.add(TEAM, support_triage_v2_renamed().dump_component(), manifest, renamed)
+    (first, renamed), (long,) = _definitions().values()
+    v1 = registry.add(TEAM, first[1], first[2], first[0], label="production")
+    v2 = registry.add(TEAM, renamed[1], renamed[2], renamed[0])
     registry.label(TEAM, v1, "production", reason="demo: production runs v1")
-    registry.add(LONG, support_escalation(MODEL_SECONDS).dump_component(), example_manifest(LONG),
-                 REGISTERED[LONG][0], label="production")
+    registry.add(LONG, long[1], long[2], long[0], label="production")
     return v1, v2
 
 
@@ -187,16 +194,28 @@ def _refuse_others(settings: Settings) -> None:
 
 
 def _others_versions(settings: Settings) -> list[tuple[int, str]]:
-    """How many teams the registry holds besides the demo's, and versions of the demo's it did not register."""
+    """How many teams the registry holds besides the demo's, and versions of the demo's that are not what it
+    registers: told by their content (a commit hook may have rewritten the message, a recovery committed it)."""
     try:
         registry = Registry(settings.resolved_registry_path)
         names = set(registry.names())
     except RegistryNotFound:
         return []  # no registry yet
-    versions = sum(1 for name in names & REGISTERED.keys() for entry in registry.history(name)
-                   if entry.kind == "version" and entry.message not in REGISTERED[name])
-    return [(len(names - REGISTERED.keys()), "other team(s) in its registry"),
-            (versions, f"version(s) of {' or '.join(REGISTERED)} it did not register")]
+    ours = {name: [_as_json(component, manifest) for _message, component, manifest in made]
+            for name, made in _definitions().items()}
+    versions = 0
+    for name in sorted(names & ours.keys()):
+        for entry in registry.history(name):
+            if entry.kind == "version":
+                stored = registry.resolve(f"{name}@{entry.version}")
+                versions += _as_json(stored.component, stored.manifest) not in ours[name]
+    return [(len(names - ours.keys()), "other team(s) in its registry"),
+            (versions, f"version(s) of {' or '.join(ours)} it did not register")]
+
+
+def _as_json(component: ComponentModel | Mapping[str, Any], manifest: Manifest) -> str:
+    as_dict = component.model_dump(mode="json") if isinstance(component, ComponentModel) else component
+    return json.dumps([as_dict, manifest.model_dump(mode="json")], sort_keys=True)
 
 
 async def _others_users(settings: Settings) -> list[tuple[int, str]]:
@@ -221,9 +240,18 @@ async def _others_users(settings: Settings) -> list[tuple[int, str]]:
                          .join(subject_sessions, subject_sessions.c.subject_key == subjects.c.subject_key)
                          .where(subjects.c.user_id.in_(DEMO_USERS)))
                 theirs.update((str(u), str(s)) for u, s in await conn.execute(query.distinct()))
-            sessions = sum(1 for _user, session in theirs if not DEMO_SESSIONS.fullmatch(session))
+            sessions = sum(1 for user, session in theirs if not DEMO_SESSIONS[user].fullmatch(session))
+            # Memory and transcripts outlive every record of the sessions they came from: kept of a user none
+            # of the demo's sessions is recorded for, they are someone else's.
+            kept: set[str] = set()
+            for table in (subjects, memories):
+                if table.name in present:
+                    query = select(table.c.user_id).where(table.c.user_id.in_(DEMO_USERS)).distinct()
+                    kept.update(str(u) for u in (await conn.execute(query)).scalars())
+            unaccounted = len(kept - {user for user, _session in theirs})
             return [(len(users), "other user(s) in its database"),
-                    (sessions, f"session(s) of {' or '.join(DEMO_USERS)} it did not open")]
+                    (sessions, f"session(s) of {' or '.join(DEMO_USERS)} it did not open"),
+                    (unaccounted, f"user(s) {' or '.join(DEMO_USERS)} with data no session of its own left")]
     except SchemaNotReady:
         return []  # no database file yet: nothing to refuse
     finally:
