@@ -82,18 +82,18 @@ def is_dummy_key(value: str) -> bool:
 def is_relative_file_path(value: str) -> bool:
     """Whether ``value`` reads as a bare relative file path (:data:`_RELATIVE_PATH`, no leading "./"): one
     whose file has a known extension (:data:`FILE_EXTENSIONS`) or is a known dot-file (:data:`DOT_FILES`), no
-    word of whose segments looks random (:func:`_reads_as_name`). A password or a key with a slash or a dot in
+    word of whose segments looks random (:func:`reads_as_name`). A password or a key with a slash or a dot in
     it is no path: "Pa55.word", "sDX5/J.iNCBk", "s3cr3t/x", "hunter/2"."""
     if _RELATIVE_PATH.fullmatch(value) is None:
         return False
     *folders, file = value.split("/")
     stem, dot, extension = file.rpartition(".")
     if file.lower() in DOT_FILES:
-        return all(map(_reads_as_name, folders))
-    return bool(dot) and extension.lower() in FILE_EXTENSIONS and all(map(_reads_as_name, [*folders, stem]))
+        return all(map(reads_as_name, folders))
+    return bool(dot) and extension.lower() in FILE_EXTENSIONS and all(map(reads_as_name, [*folders, stem]))
 
 
-def _reads_as_name(segment: str) -> bool:
+def reads_as_name(segment: str) -> bool:
     """Whether no word of a path's segment looks random: 24 characters or more, or 8 or more mixing letters
     and digits ("hunter2Xk9", where "k8s", "v2" and "3f2a1b" are names)."""
     for word in _WORD_PUNCTUATION.split(segment):

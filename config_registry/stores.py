@@ -16,18 +16,21 @@ from __future__ import annotations
 import re
 
 from config_registry.names import name_words
+from config_registry.placeholders import reads_as_name
 from config_registry.shapes import known_shape
 
 # The last words of a name whose value names a secret a secret store keeps (names_stored_secret): "SECRET_ID".
 _SECRET_REFERENCE_LAST = frozenset({"id", "arn", "ref", "reference"})
-# What a secret store names a secret by, its parts a person names (the groups: a secret put in one is the secret
-# itself, judged as a path's segments are): an AWS Secrets Manager ARN, with ECS's ":json-key:version-stage:version-id"
-# after it (a version's id is a UUID); a Google Secret Manager resource name; an Azure Key Vault secret's URI; a
-# 1Password op:// reference without spaces (vault, item and section may be ids: 1Password's SDKs take only those).
-_UUID = r"[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}"
+# What a secret store names a secret by: an AWS Secrets Manager ARN, with ECS's ":json-key:version-stage:version-id"
+# after it (a version's id is the ClientRequestToken it was put with, 32 to 64 characters: a UUID as AWS's own tools
+# make it); a Google Secret Manager resource name; an Azure Key Vault secret's URI; a 1Password op:// reference
+# without spaces (vault, item and section may be ids: 1Password's SDKs take only those). Its groups are the parts a
+# person names, in whatever words the store allows ("ConnectionStrings--DefaultConnection", "OPENAI__API_KEY",
+# "x509-cert", "2fa", ":clientID::"): a secret put in one is the secret itself, told by its look
+# (_holds_secret_value), not by how a path's words are written.
 _SECRET_STORE_NAMES = (
     re.compile(r"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[A-Za-z0-9/_+=.@!-]+"
-               rf"(?::(?P<key>[A-Za-z0-9_.-]*)(?::(?P<stage>[A-Za-z0-9_.-]*)(?::(?:{_UUID})?)?)?)?"),
+               r"(?::(?P<key>[A-Za-z0-9_.-]*)(?::(?P<stage>[A-Za-z0-9_.-]*)(?::(?:[A-Za-z0-9_-]{32,64})?)?)?)?"),
     re.compile(r"projects/[A-Za-z0-9_-]+(?:/locations/[a-z0-9-]+)?/secrets/(?P<name>[A-Za-z0-9_-]+)"
                r"(?:/versions/(?:latest|\d+))?"),
     re.compile(r"https://[a-z0-9-]+\.vault\.(?:azure\.net|usgovcloudapi\.net|azure\.cn)/secrets/(?P<name>[A-Za-z0-9-]+)"
@@ -36,6 +39,10 @@ _SECRET_STORE_NAMES = (
 )
 # A 1Password field's id, which a reference may give in place of its name ("nerlnqbfzdm5q5g6ydsgdqgdw4").
 _ONE_PASSWORD_ID = re.compile(r"[a-z0-9]{26}")
+# A password written with digits for letters reads as a name to the randomness test ("P4ss", "s3cr3t"): its words
+# read back with the letters, where the part as written has none of them ("db-password-2024" has its word already).
+_LEET = str.maketrans("430157", "aeoist")
+_PASSWORD_WORDS = ("pass", "secret", "admin", "letmein", "welcome", "qwerty")
 _SECRET_PATH = re.compile(r"[A-Za-z0-9/_.-]{3,512}")  # no symbol a password takes (@, !, +, =, a space)
 _PATH_WORD_SEPARATORS = re.compile(r"[-_.]")
 # A word of a secret's name: lower, upper or camel case, then one digit at most; two letters at least, or one and a
@@ -57,19 +64,32 @@ def names_stored_secret(value: str) -> bool:
     (``projects/p/secrets/db/versions/latest``, a regional one too), an Azure Key Vault secret's URI, a 1Password
     ``op://`` reference, or a path (``prod/db``, ``prod/AppBeta/MySql``, ``kv/prod/db-2``) of words as people
     name a secret (:func:`_names_segment`). A reference's parts a person names (an ARN's JSON key and version
-    stage, a Google or an Azure secret's name, a 1Password field) are judged as such a path's segments:
-    ``op://vault/item/hunter2SECRET9f8e`` holds the secret where its field's name goes. An ARN's secret name is
+    stage, a Google or an Azure secret's name, a 1Password field) take any name the store allows
+    (``ConnectionStrings--DefaultConnection``, ``:clientID::``, ``op://Private/GitHub/2fa``) but one that looks
+    like a secret's value (:func:`_holds_secret_value`): ``op://vault/item/hunter2SECRET9f8e`` holds the secret
+    where its field's name goes. An ARN's secret name is
     not (AWS ends it with six random characters, and one AWS makes starts "rds!"). A single word is not one: HashiCorp Vault's
     AppRole ``secret_id`` is a credential (a UUID, or any string given), and a password may read as a word or a
     name (``letmein``, ``correct-horse-battery``)."""
     for pattern in _SECRET_STORE_NAMES:
         reference = pattern.fullmatch(value)
         if reference is not None:
-            return all(not part or _names_segment(part) or (kind == "field" and _ONE_PASSWORD_ID.fullmatch(part))
-                       for kind, part in reference.groupdict().items())
+            return not any(part and _holds_secret_value(part) and not (kind == "field" and _ONE_PASSWORD_ID.fullmatch(part))
+                           for kind, part in reference.groupdict().items())
     segments = value.split("/")
     return (len(segments) > 1 and _SECRET_PATH.fullmatch(value) is not None and known_shape(value) is None
             and all(map(_names_segment, segments)))
+
+
+def _holds_secret_value(part: str) -> bool:
+    """Whether a reference's part a person names (a 1Password field, an ARN's JSON key or stage, a Google or an Azure
+    secret's name) looks like a secret's value rather than a name: a known key's shape, a random-looking word (24
+    characters or more, or 8 or more mixing letters and digits: :func:`~config_registry.placeholders.reads_as_name`)
+    or a password written with digits for letters (``P4ss``)."""
+    lowered = part.lower()
+    leet = lowered.translate(_LEET)
+    spelled = any(word in leet and word not in lowered for word in _PASSWORD_WORDS)
+    return known_shape(part) is not None or not reads_as_name(part) or spelled
 
 
 def _names_segment(segment: str) -> bool:

@@ -373,6 +373,33 @@ def test_a_secret_stores_name_for_a_secret_is_stored_in_fields_variables_flags_a
     assert apply_references(_component(source=source), {}) == _component(source=source)
 
 
+_ARN = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:prod/app-AbCdEf"
+_KEY_VAULT = "https://crm-kv.vault.azure.net/secrets/"
+
+
+@pytest.mark.parametrize("value", [
+    # Azure Key Vault secrets as .NET names them ("--" for a configuration section) and as people do
+    *(_KEY_VAULT + name for name in (
+        "ConnectionStrings--DefaultConnection", "AzureOpenAI--ApiKey", "AzureOpenAIKey", "OpenAIApiKey", "CosmosDBKey",
+        "SQLPassword", "JWTSigningKey", "x509-cert", "k8s-token", "gpt-4o-key", "db-password-20240115")),
+    # Google Secret Manager secrets
+    "projects/acme/secrets/gpt-4o-key/versions/latest", "projects/acme/secrets/db_password_20240115/versions/3",
+    *(f"projects/acme/secrets/{name}/versions/latest" for name in (
+        "api-key-v10", "m2m-client-secret", "e2e-token", "OPENAI__API_KEY", "OAuthClientSecret")),
+    # JSON keys and a custom stage after an AWS ARN, and a version's id that is any ClientRequestToken
+    f"{_ARN}:clientID::", f"{_ARN}:OpenAIApiKey::", f"{_ARN}:AWSSecretAccessKey::", f"{_ARN}:m2m_secret::",
+    f"{_ARN}::2024-rotation:", f"{_ARN}:password::release-2024-01-15-rotation-0001",
+    f"{_ARN}::AWSCURRENT:EXAMPLE1-90ab-cdef-fedc-ba987EXAMPLE",
+    # 1Password fields
+    "op://Private/OpenAI/OpenAIKey", "op://Private/OAuth/clientID", "op://Private/GitHub/2fa", "op://Private/DB/x",
+])
+def test_a_secret_stores_name_people_give_a_secret_is_stored_under_a_secret_ids_name_and_flag(value: str) -> None:
+    """Reviewed: the names these stores allow were refused as "a plaintext secret" for not being written as a
+    path's words are; only a part that looks like a secret's value is refused."""
+    component = _component(env={"DB_SECRET_REF": value}, args=["--secret-id", value], fields={"secret_id": value})
+    assert apply_references(component, {}) == component
+
+
 @pytest.mark.parametrize("value", [
     "6a1f0c2e-93b4-4b7a-8f0e-2d1c9e8b7a65",  # HashiCorp Vault's AppRole secret_id: a credential
     "hunter2SECRET9f8e", "hUnTeRsEcReTvAlUe", "sk-proj-hunter2SECRET0123456789", "prod/db hunter2SECRET",
@@ -390,6 +417,9 @@ def test_a_secret_stores_name_for_a_secret_is_stored_in_fields_variables_flags_a
     "arn:aws:secretsmanager:eu-west-1:123456789012:secret:crm-db-AbCdEf::hunter2SECRET9f8e:",
     "arn:aws:secretsmanager:eu-west-1:123456789012:secret:crm-db-AbCdEf:password::hunter2SECRET9f8e",
     "projects/acme/secrets/hunter2SECRET9f8e/versions/latest", "https://crm-kv.vault.azure.net/secrets/hunter2SECRET9f8e",
+    # ... a random key or a known key's shape there, whatever its characters
+    "op://Private/OpenAI/q7Rz9LmX2vPkAbCdEfGh", f"{_ARN}:ZmF1eGtleXRoYXRpc3JhbmRvbTEy::",
+    f"{_ARN}:AKIAIOSFODNN7EXAMPLE::", "https://crm-kv.vault.azure.net/secrets/s3cr3t-Pa55w0rd",
 ])
 def test_a_secret_given_under_a_secret_id_is_refused(value: str) -> None:
     for env, args in (({"VAULT_SECRET_ID": value}, None), (None, ["-c", f"app --secret-id '{value}' serve"])):
