@@ -360,7 +360,7 @@ def encoded_script_credential(words: list[str]) -> str | None:
 
 def holds_no_credential(name: str, value: str) -> bool:
     """Whether a value given to a credential's name holds none: one that says where the credential is
-    (:func:`is_reference_setting`) or, under a model server's key's or token's name
+    (:func:`is_reference_setting`) or, under a key's or a token's name but an application's own
     (:func:`~config_registry.names.names_key_or_token`), a dummy key a local model server asks for
     (:func:`~config_registry.placeholders.is_dummy_key`: ``api_key="EMPTY"``, ``OPENAI_API_KEY=ollama``)."""
     return is_reference_setting(name, value) or (names_key_or_token(name) and is_dummy_key(value))

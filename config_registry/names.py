@@ -86,27 +86,31 @@ _CODE_KEY_KINDS = frozenset({
     "api", "access", "private", "secret", "signing", "auth", "encryption", "master", "client", "license",
     "subscription",
 })
-# The last words of a name for a key or a token, which a dummy key may be given (credentials.holds_no_credential)
-# only when the words before it say it is a model server's: none ("key", "token"), a service's key or token (the
-# word that says what it is ends with one of these: "OPENAI_API_KEY", "XAPIKEY", "AWS_SECRET_ACCESS_KEY",
-# "ANTHROPIC_AUTH_TOKEN", Azure API Management's "Ocp-Apim-Subscription-Key"), or a model service's name
-# (_MODEL_SERVICES: "APP_OPENAI_KEY", "HF_TOKEN", "OPENAI_SECRET_KEY"). Any other is an application's own, whose
-# slot a real secret goes in, whatever word says so: Django's SECRET_KEY, Laravel's APP_KEY, a Fernet, an AES or
-# an SSH key, a JWT's signing or refresh token, a session token, a GitHub token.
+# The last words of a name for a key or a token, which a dummy key may be given (credentials.holds_no_credential):
+# a local model server's dummy stands in for any key or token ("OPENAI_API_KEY", "VLLM_SERVER_KEY", "LOCAL_TOKEN",
+# "GITHUB_TOKEN", "X-Token"), so that configs written for one keep working, but for an application's own (below).
 _KEY_OR_TOKEN_WORDS = ("key", "keys", "token", "tokens")
+# A key or token is an application's own, where a real secret goes whatever it looks like, when the word that says
+# what it is (the one before, or the start of a word it ends: "SECRETKEY") ends with one of these: Django's
+# SECRET_KEY, Laravel's APP_KEY, a private, master, shared or SSH key ...
+_OWN_SECRETS_WORDS = ("secret", "secrets", "private", "master", "shared", "ssh", "django", "flask", "rails", "app")
+# ... or when one of these words, whole (plural too), comes anywhere before it with no model service's name after it:
+# what an application signs its tokens, keeps its sessions or encrypts its data with ("FERNET_KEY", "AES_KEY",
+# "JWT_API_ACCESS_KEY", "SESSION_AUTH_TOKEN"; "DESIGNING_API_KEY" is no signer's, "SESSION_OPENAI_API_KEY" is a
+# model service's). A JWT's token is a service's token written as a JWT ("JWT_ACCESS_TOKEN").
+_SIGNERS = frozenset({
+    "jwt", "hmac", "session", "cookie", "csrf", "xsrf", "signing", "refresh", "encryption", "fernet", "aes",
+})
+# A key's or a token's word saying whose service it is, which leaves the words before it to say whose key it is.
 _SERVICE_KEY_WORDS = ("api", "access", "auth", "subscription")
-# A service's key after any of these words, whole, is one an application signs its tokens or keeps its sessions
-# with ("JWT_ACCESS_KEY", "SESSION_API_KEY", "JWT_PROD_API_KEY"), never a model server's, unless a model service's
-# name comes between ("SESSION_OPENAI_API_KEY"); so is a token after one, but a JWT's: "JWT_ACCESS_TOKEN" is a
-# service's access token written as a JWT, where "SESSION_AUTH_TOKEN" is a session's.
-_TOKEN_SIGNERS = frozenset({"jwt", "hmac", "session", "cookie", "csrf", "xsrf", "signing", "refresh"})
-# A key or a token after a model service's or a local model server's name (joined, since one may be split into
-# words: "OPEN_AI", "HUGGING_FACE", "LM_STUDIO") is that service's key, which a local server's dummy stands in for.
+# A secret key after a model service's or a local model server's name (joined, since one may be split into words:
+# "OPEN_AI", "HUGGING_FACE", "LM_STUDIO") is that service's key, which a local server's dummy stands in for
+# ("OPENAI_SECRET_KEY"), and so is a key after a signer's word with one between ("SESSION_LLM_KEY").
 _MODEL_SERVICES = (
     "openai", "anthropic", "azure", "mistral", "mistralai", "groq", "gemini", "cohere", "together", "togetherai",
     "deepseek", "huggingface", "huggingfacehub", "hf", "fireworks", "fireworksai", "perplexity", "openrouter", "xai",
-    "ollama", "vllm", "litellm", "lmstudio", "llamacpp", "llamafile", "localai", "tgi", "sglang",
-    "llm", "gpt", "model", "embedding", "inference",
+    "ollama", "vllm", "litellm", "lmstudio", "llamacpp", "llamafile", "localai", "tgi", "tei", "sglang", "gpt4all",
+    "kobold", "koboldcpp", "llm", "gpt", "model", "embedding", "inference",
 )
 
 
@@ -183,11 +187,11 @@ def holds_secret_command(name: str) -> bool:
 
 
 def names_key_or_token(name: str) -> bool:
-    """Whether a name says it holds a model server's key or token (``api_key``, ``OPENAI_API_KEY``, ``apiKey``,
-    ``XAPIKEY``, Ollama's ``ANTHROPIC_AUTH_TOKEN``, ``OPENAI_SECRET_KEY``), what a local model server's dummy key
-    stands in for, rather than a password, a secret or an application's own key or token (``SECRET_KEY``,
-    ``FERNET_KEY``, ``JWT_ACCESS_KEY``, ``SESSION_AUTH_TOKEN``), where a dummy-looking value is still the slot a
-    real secret goes in (:data:`_KEY_OR_TOKEN_WORDS`)."""
+    """Whether a name says it holds a key or a token a local model server's dummy key may stand in for
+    (``api_key``, ``OPENAI_API_KEY``, ``azure_ad_token``, ``VLLM_SERVER_KEY``, ``XAPIKEY``, ``OPENAI_SECRET_KEY``),
+    rather than a password, a secret or an application's own key or token (``SECRET_KEY``, ``FERNET_KEY``,
+    ``JWT_ACCESS_KEY``, ``SESSION_AUTH_TOKEN``: :data:`_OWN_SECRETS_WORDS`, :data:`_SIGNERS`), where a
+    dummy-looking value is still the slot a real secret goes in."""
     words = name_words(name)
     if not words or not words[-1].endswith(_KEY_OR_TOKEN_WORDS):
         return False
@@ -196,11 +200,21 @@ def names_key_or_token(name: str) -> bool:
     what = [*words[:-1], compound] if compound else words[:-1]
     if not what:
         return True
-    service = next((word for word in _SERVICE_KEY_WORDS if what[-1].endswith(word)), None)
-    if service is None:
-        return _names_model_service([*what[:-1], what[-1].removesuffix("secret")])
-    owners = [*what[:-1], what[-1].removesuffix(service)]
-    return not _signed_with(owners, token=not words[-1].endswith(("key", "keys")))
+    token = not words[-1].endswith(("key", "keys"))
+    return not (_names_own_secret(what, glued=bool(compound)) or _signed_with(what, token=token))
+
+
+def _names_own_secret(what: list[str], *, glued: bool) -> bool:
+    """Whether the word that says what a key or token is (the last of ``what``, ``glued`` to it: ``SECRETKEY``)
+    says it is an application's own (:data:`_OWN_SECRETS_WORDS`, a signer's too: ``--jwtsigning-key``): a secret
+    key but a model service's (``OPENAI_SECRET_KEY``)."""
+    qualifier = what[-1]
+    if qualifier.endswith(_SERVICE_KEY_WORDS) or _names_model_service(what):
+        return False
+    if qualifier.endswith(("secret", "secrets")):
+        return not _names_model_service([*what[:-1], qualifier.removesuffix("s").removesuffix("secret")])
+    own = (*_OWN_SECRETS_WORDS, *_SIGNERS)
+    return qualifier.endswith(own) or (glued and qualifier.startswith(own))
 
 
 def _names_model_service(words: list[str]) -> bool:
@@ -209,13 +223,15 @@ def _names_model_service(words: list[str]) -> bool:
     return joined.endswith(_MODEL_SERVICES) or joined.removesuffix("s").endswith(_MODEL_SERVICES)
 
 
-def _signed_with(owners: list[str], *, token: bool) -> bool:
-    """Whether the words before a service's key or token say an application signs its tokens or keeps its sessions
-    with it: a signer's word, whole (plural too), with no model service's name after it."""
-    for at in range(len(owners) - 1, -1, -1):
-        word = owners[at] if owners[at] in _TOKEN_SIGNERS else owners[at].removesuffix("s")  # "COOKIES_API_KEY"
-        if word in _TOKEN_SIGNERS:
-            return not (token and word == "jwt")
-        if _names_model_service(owners[:at + 1]):
+def _signed_with(what: list[str], *, token: bool) -> bool:
+    """Whether the words before a key or a token say an application signs its tokens, keeps its sessions or encrypts
+    with it (:data:`_SIGNERS`): a signer's word, whole (plural too, a service's word glued after it: ``JWTACCESS``),
+    with no model service's name after it."""
+    for at in range(len(what) - 1, -1, -1):
+        word = next((what[at].removesuffix(w) for w in _SERVICE_KEY_WORDS if what[at].endswith(w)), what[at])
+        word = word if word in _SIGNERS else word.removesuffix("s")  # "COOKIES_API_KEY"
+        if word in _SIGNERS and not (token and word == "jwt"):
+            return True
+        if _names_model_service([*what[:at], word]):
             return False
     return False
