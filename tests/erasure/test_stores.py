@@ -27,7 +27,6 @@ from teamstore.audit.pseudonyms import Pseudonyms
 from teamstore.audit.schema import SUBJECT_STORES_SINCE, subject_stores, usage
 from teamstore.audit.subjects import find_subject, get_or_create_subject, record_store, recorded_stores
 from teamstore.audit.transcripts import TranscriptStore, subject_prefix, transcript_store_from_settings
-from teamstore.audit.transcripts.capabilities import ObjectVersion
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.audit.transcripts.s3 import S3TranscriptStore, make_client
 from teamstore.cli import app
@@ -36,7 +35,6 @@ from teamstore.db.fence import user_holds
 from teamstore.db.migrate import upgrade
 from teamstore.erasure import RequestStatus, StepStatus
 from teamstore.erasure.schema import erasure_steps
-from teamstore.erasure.steps.views import VersionedObjects
 from teamstore.errors import ErasureInProgress, TranscriptStoreMismatch
 from teamstore.events import drain_observers
 from teamstore.settings import Settings
@@ -406,35 +404,6 @@ async def test_versions_held_in_two_stores_end_the_request_after_one_pass_on_eac
     for store in (first, second):
         assert all_versions(store.client, store.bucket) == []
         await store.close()
-
-
-@pytest.mark.s3
-async def test_a_held_request_whose_rerun_fails_counts_no_version_held_that_no_pass_has_found_held_since(
-    engine: AsyncEngine, s3_env: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Once a held request's rerun begins, the stores its holds kept versions in are to be listed again; their
-    parts kept the held counts of the pass before, which the rerun's record of the step added up: a rerun failing
-    in one store reported, as still readable, the version held in the other, whose hold had been lifted too."""
-    bucket = versioned_bucket(lock=True)
-    first, second = S3TranscriptStore(make_client(), bucket, "audit"), S3TranscriptStore(make_client(), bucket, "moved")
-    held = await _held_in(engine, {first: 3, second: 2})
-    with pytest.raises(TranscriptStoreMismatch):
-        await coordinator(engine, first).run(USER, request_id="req-held-fails")
-    assert (await coordinator(engine, second).run(USER, request_id="req-held-fails")).status is \
-        RequestStatus.RETAINED_UNDER_HOLD
-    for store in (first, second):
-        store.client.put_object_legal_hold(**held[store], LegalHold={"Status": "OFF"})
-
-    async def refusing(view: VersionedObjects, batch: list[ObjectVersion]) -> dict[ObjectVersion, str]:
-        return dict.fromkeys(batch, "AccessDenied")  # a role that lost s3:DeleteObjectVersion meanwhile
-    monkeypatch.setattr(VersionedObjects, "delete", refusing)
-    failed = await coordinator(engine, first).run(USER, request_id="req-held-fails")
-
-    counts = failed.stores["transcripts"].counts
-    assert failed.status is RequestStatus.FAILED, failed
-    assert (counts.objects, counts.versions, counts.retained, counts.unreadable) == (5, 5, 0, 0), counts
-    assert (await coordinator(engine, first).status("req-held-fails")).stores["transcripts"].counts == counts
-    await first.close()
 
 
 @pytest.mark.s3

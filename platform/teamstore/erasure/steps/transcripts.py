@@ -261,10 +261,7 @@ def _carry(found: Counts, prior: StoreResult | None) -> Counts:
 
 def _sum(counts: Counts, others: dict[str, StoreResult], *, held: bool = True) -> Counts:
     """This store's ``counts`` and every other part's added up; without ``held``, what the other parts' holds
-    keep is left out of ``retained`` and ``unreadable`` (the verification adds it). With it, only a part a hold
-    keeps versions in now (:data:`~teamstore.erasure.stores.HELD`) brings them: another part's are as a pass
-    before found them (a held request's parts, once its rerun begins: the hold may be lifted), until its store is
-    listed again.
+    keep is left out of ``retained`` and ``unreadable`` (the verification adds it).
 
     The counts of a pass an earlier release stopped in a store it did not name (:data:`EARLIER`, not
     ``deleted``) are of one of the stores: they count as the store whose counts are the largest, adding only what
@@ -274,8 +271,7 @@ def _sum(counts: Counts, others: dict[str, StoreResult], *, held: bool = True) -
     for store, part in others.items():
         if store == EARLIER and part.status is not StepStatus.DELETED:
             continue
-        keeps = held and part.status in HELD
-        found = part.counts if keeps else part.counts.model_copy(update={"retained": 0, "unreadable": 0})
+        found = part.counts if held else part.counts.model_copy(update={"retained": 0, "unreadable": 0})
         total, largest = total.plus(found), largest.widest(found)
     earlier = others.get(EARLIER)
     if earlier is not None and earlier.status is not StepStatus.DELETED:
