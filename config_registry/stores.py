@@ -30,7 +30,7 @@ _SECRET_REFERENCE_LAST = frozenset({"id", "arn", "ref", "reference"})
 # (_holds_secret_value), not by how a path's words are written.
 _SECRET_STORE_NAMES = (
     re.compile(r"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[A-Za-z0-9/_+=.@!-]+"
-               r"(?::(?P<key>[A-Za-z0-9_.-]*)(?::(?P<stage>[A-Za-z0-9_.-]*)(?::(?:[A-Za-z0-9_-]{32,64})?)?)?)?"),
+               r"(?::(?P<key>[A-Za-z0-9_.-]*)(?::(?P<stage>[A-Za-z0-9_.-]*)(?::(?P<version>[A-Za-z0-9_-]{32,64})?)?)?)?"),
     re.compile(r"projects/[A-Za-z0-9_-]+(?:/locations/[a-z0-9-]+)?/secrets/(?P<name>[A-Za-z0-9_-]+)"
                r"(?:/versions/(?:latest|\d+))?"),
     re.compile(r"https://[a-z0-9-]+\.vault\.(?:azure\.net|usgovcloudapi\.net|azure\.cn)/secrets/(?P<name>[A-Za-z0-9-]+)"
@@ -42,6 +42,9 @@ _ONE_PASSWORD_ID = re.compile(r"[a-z0-9]{26}")
 # A password written with digits for letters reads as a name to the randomness test ("P4ss", "s3cr3t"): its words
 # read back with the letters, where the part as written has none of them ("db-password-2024" has its word already).
 _LEET = str.maketrans("430157", "aeoist")
+_UUID_SHAPED = re.compile(r"[A-Za-z0-9]{8}-[A-Za-z0-9]{4}-[A-Za-z0-9]{4}-[A-Za-z0-9]{4}-[A-Za-z0-9]{12}")
+# A word of letters ending in a number of four digits at most, which the randomness test takes by its letters alone.
+_NUMBERED = re.compile(r"(?<![A-Za-z0-9])([A-Za-z]+)[0-9]{1,4}(?![A-Za-z0-9])")
 _PASSWORD_WORDS = ("pass", "secret", "admin", "letmein", "welcome", "qwerty")
 _SECRET_PATH = re.compile(r"[A-Za-z0-9/_.-]{3,512}")  # no symbol a password takes (@, !, +, =, a space)
 _PATH_WORD_SEPARATORS = re.compile(r"[-_.]")
@@ -74,11 +77,18 @@ def names_stored_secret(value: str) -> bool:
     for pattern in _SECRET_STORE_NAMES:
         reference = pattern.fullmatch(value)
         if reference is not None:
-            return not any(part and _holds_secret_value(part) and not (kind == "field" and _ONE_PASSWORD_ID.fullmatch(part))
+            return not any(part and _holds_secret_value(part) and not _an_id(kind, part)
                            for kind, part in reference.groupdict().items())
     segments = value.split("/")
     return (len(segments) > 1 and _SECRET_PATH.fullmatch(value) is not None and known_shape(value) is None
             and all(map(_names_segment, segments)))
+
+
+def _an_id(kind: str, part: str) -> bool:
+    """Whether a reference's part is an id its store makes: a 1Password field's, or a version's after an ARN in the
+    UUID's shape AWS's tools give it (another ClientRequestToken is judged as any part is)."""
+    return (kind == "field" and _ONE_PASSWORD_ID.fullmatch(part) is not None) or (
+        kind == "version" and _UUID_SHAPED.fullmatch(part) is not None)
 
 
 def _holds_secret_value(part: str) -> bool:
@@ -89,7 +99,9 @@ def _holds_secret_value(part: str) -> bool:
     lowered = part.lower()
     leet = lowered.translate(_LEET)
     spelled = any(word in leet and word not in lowered for word in _PASSWORD_WORDS)
-    return known_shape(part) is not None or not reads_as_name(part) or spelled
+    # A name numbered as people number them ("sqlserver1-password", "postgres01", "office365") is not random.
+    unnumbered = _NUMBERED.sub(lambda m: m.group(1), part)
+    return known_shape(part) is not None or not reads_as_name(unnumbered) or spelled
 
 
 def _names_segment(segment: str) -> bool:

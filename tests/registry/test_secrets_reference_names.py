@@ -392,6 +392,10 @@ _KEY_VAULT = "https://crm-kv.vault.azure.net/secrets/"
     f"{_ARN}::AWSCURRENT:EXAMPLE1-90ab-cdef-fedc-ba987EXAMPLE",
     # 1Password fields
     "op://Private/OpenAI/OpenAIKey", "op://Private/OAuth/clientID", "op://Private/GitHub/2fa", "op://Private/DB/x",
+    # reviewed: names numbered as people number them, and a version's id in the shape AWS's tools give it
+    "https://crm-kv.vault.azure.net/secrets/sqlserver1-password", "https://crm-kv.vault.azure.net/secrets/openaikey1",
+    "projects/acme/secrets/postgres2-password/versions/latest", "op://Private/DB/password2", "op://Private/DB/postgres01",
+    f"{_ARN}:replica1::", f"{_ARN}:password::EXAMPLE1-90ab-cdef-fedc-ba987EXAMPLE",
 ])
 def test_a_secret_stores_name_people_give_a_secret_is_stored_under_a_secret_ids_name_and_flag(value: str) -> None:
     """Reviewed: the names these stores allow were refused as "a plaintext secret" for not being written as a
@@ -420,6 +424,8 @@ def test_a_secret_stores_name_people_give_a_secret_is_stored_under_a_secret_ids_
     # ... a random key or a known key's shape there, whatever its characters
     "op://Private/OpenAI/q7Rz9LmX2vPkAbCdEfGh", f"{_ARN}:ZmF1eGtleXRoYXRpc3JhbmRvbTEy::",
     f"{_ARN}:AKIAIOSFODNN7EXAMPLE::", "https://crm-kv.vault.azure.net/secrets/s3cr3t-Pa55w0rd",
+    # ... and where a version's id goes: a ClientRequestToken's length, a random key's look (openssl rand -hex 32)
+    f"{_ARN}:password::q7Rz9LmX2vPkAbCdEfGh3JkL5MnP8QrS", f"{_ARN}:jwt::{'9f8e7d6c5b4a' * 5}3f2a",
 ])
 def test_a_secret_given_under_a_secret_id_is_refused(value: str) -> None:
     for env, args in (({"VAULT_SECRET_ID": value}, None), (None, ["-c", f"app --secret-id '{value}' serve"])):
