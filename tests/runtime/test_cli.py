@@ -439,7 +439,7 @@ def test_a_message_on_stdin_one_byte_over_the_limit_is_refused_whatever_it_ends_
     assert out.exit_code == 1 and "over the limit of 10 bytes" in " ".join(out.output.split()), out.output
 
 
-@pytest.mark.parametrize("text", ["", " \n\t\n"])
+@pytest.mark.parametrize("text", ["", " \n\t\n", "\ufeff\ufeff\n", "\u200b \ufeff"])
 def test_an_empty_message_on_stdin_is_refused_as_an_empty_argument_is(registry: Registry, text: str) -> None:
     out = runner.invoke(app, ["run", "--team", "support_triage", "--user", "alice", "--session", "s1", "-"],
                         input=text)

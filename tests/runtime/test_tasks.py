@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import io
+
 import pytest
 from autogen_agentchat.messages import MultiModalMessage, TextMessage
 
 from teamstore.errors import InvalidTask
-from teamstore.runtime.tasks import check_task
+from teamstore.runtime.tasks import check_task, read_task
 
 
 @pytest.mark.parametrize(
@@ -23,7 +25,7 @@ def test_what_autogen_takes_passes(task: object) -> None:
     ("task", "says"),
     [
         ("", "the task is empty"),  # an unset shell variable: no request to spend model calls on
-        (" \n\t\u3000", "the task is only whitespace (4 characters)"),
+        (" \n\t\u3000", "the task is only whitespace or invisible characters (4 characters)"),
         (b"bytes", "got bytes"),
         (12, "got int"),
         ({"content": "hi"}, "got dict"),
@@ -45,3 +47,11 @@ def test_what_cannot_run_is_refused_with_the_reason(task: object, says: str) -> 
         check_task(task, max_bytes=200)
     assert says in info.value.message
     assert info.value.hint
+
+
+@pytest.mark.parametrize(("given", "at"), [(b"abc\xff", 3), (b"\xef\xbb\xbfabc\xff", 6)])
+def test_a_task_read_that_is_not_utf8_names_the_bad_bytes_place_in_the_stream(given: bytes, at: int) -> None:
+    # With a byte order mark stripped, the place named was the one in what was left: 3 bytes early.
+    with pytest.raises(InvalidTask, match=rf"byte {at} is not"):
+        read_task(io.BytesIO(given), 100)
+

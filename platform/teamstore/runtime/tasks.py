@@ -85,15 +85,21 @@ def check_task(task: Any, max_bytes: int) -> None:
                           hint=_TOO_LARGE_HINT)
 
 
+# Characters that show nothing and that str.strip() keeps: byte order marks (one left after another is
+# stripped), zero-width spaces and joiners, the word joiner. A task of these alone asks nothing either.
+_INVISIBLE = dict.fromkeys(map(ord, "\ufeff\u200b\u200c\u200d\u2060"))
+
+
 def check_not_blank(text: str) -> None:
     """Refuse text that asks nothing: empty, or only whitespace.
 
     Raises:
         InvalidTask: ``text`` is empty or only whitespace.
     """
-    if not text.strip():
+    if not text.translate(_INVISIBLE).strip():
         raise InvalidTask(
-            "the task is empty" if not text else f"the task is only whitespace ({len(text)} characters)",
+            "the task is empty" if not text else
+            f"the task is only whitespace or invisible characters ({len(text)} characters)",
             hint="pass the user's message (a shell variable that is unset or empty gives none); to finish an "
             "interrupted run, continue it (s.continue_run(), `teamstore run --continue`)",
         )
@@ -113,6 +119,7 @@ def read_task(stream: BinaryIO, max_bytes: int) -> str:
             is not UTF-8, or is empty or only whitespace.
     """
     data = stream.read(len(codecs.BOM_UTF8) + max_bytes + len(b"\r\n") + 1)
+    marked = data.startswith(codecs.BOM_UTF8)
     data = data.removeprefix(codecs.BOM_UTF8)
     data = data[:-2] if data.endswith(b"\r\n") else data.removesuffix(b"\n")
     if len(data) > max_bytes:
@@ -120,7 +127,8 @@ def read_task(stream: BinaryIO, max_bytes: int) -> str:
     try:
         text = data.decode()
     except UnicodeDecodeError as exc:
-        raise InvalidTask(f"the task read is not UTF-8 (byte {exc.start:,} is not)",
+        at = exc.start + (len(codecs.BOM_UTF8) if marked else 0)  # as the stream holds it
+        raise InvalidTask(f"the task read is not UTF-8 (byte {at:,} is not)",
                           hint="send the message as UTF-8 text") from None
     check_not_blank(text)
     return text
