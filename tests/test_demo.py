@@ -212,7 +212,11 @@ def test_demo_refuses_a_user_of_its_names_whose_memory_outlived_every_record_of_
     with sqlite3.connect(tmp_path / "home" / "teamstore.db") as db:  # the sessions deleted, the ledger's swept
         db.execute("DELETE FROM ts_sessions")
         db.execute("DELETE FROM ts_subject_sessions")
-    assert "1 user(s) alice or bob with data no session of its own left" in _refused(tmp_path / "home")
+    assert "1 user(s) alice or bob with memory no session of its own left" in _refused(tmp_path / "home")
+    with sqlite3.connect(tmp_path / "home" / "teamstore.db") as db:  # what a run killed as it began leaves
+        db.execute("DELETE FROM ts_user_memory_facts")
+        db.execute("DELETE FROM ts_user_memory")
+    assert _refused(tmp_path / "home") == ""  # a subject alone is no one's data
 
 
 def test_demo_takes_its_own_versions_by_their_content_not_their_commit_message(tmp_path: Path) -> None:
@@ -228,6 +232,12 @@ def test_demo_takes_its_own_versions_by_their_content_not_their_commit_message(t
     message, component, manifest = demo._definitions()[demo.TEAM][0]
     registry.add(demo.TEAM, component, manifest.model_copy(update={"description": "the CRM team's triage"}), message)
     assert "1 version(s) of support_triage or support_escalation it did not register" in _refused(tmp_path / "home")
+    team = tmp_path / "home" / "registry" / "teams" / "support_triage"
+    (team / "component.json").write_text('{"broken": ')  # a hand edit, committed: not the demo's, and no crash
+    subprocess.run(["git", "-C", str(team), "commit", "-qam", "hand edit", "--no-verify"], check=True,
+                   env={**os.environ, "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@example.com",
+                        "GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@example.com"})
+    assert "2 version(s) of support_triage" in _refused(tmp_path / "home")
 
 
 @pytest.mark.postgres

@@ -26,7 +26,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -38,7 +37,7 @@ from rich.text import Text
 from sqlalchemy import inspect, select
 
 from config_registry import Manifest, Registry
-from config_registry.errors import RegistryNotFound
+from config_registry.errors import RegistryError, RegistryNotFound
 from teamstore.app import App
 from teamstore.audit.schema import subject_sessions, subjects
 from teamstore.db.engine import redact_url
@@ -195,27 +194,37 @@ def _refuse_others(settings: Settings) -> None:
 
 def _others_versions(settings: Settings) -> list[tuple[int, str]]:
     """How many teams the registry holds besides the demo's, and versions of the demo's that are not what it
-    registers: told by their content (a commit hook may have rewritten the message, a recovery committed it)."""
+    registers: told by their files (a commit hook may have rewritten the message, a recovery committed it), read
+    by one git process; a file that cannot be read is not the demo's."""
     try:
         registry = Registry(settings.resolved_registry_path)
         names = set(registry.names())
+        ours = {name: [_as_json(component, manifest) for _message, component, manifest in made]
+                for name, made in _definitions().items() if name in names}
+        wanted = [(entry.commit, name) for name in sorted(ours) for entry in registry.history(name)
+                  if entry.kind == "version"]
+        texts = registry.repo.show_many([(version, f"teams/{name}/{file}") for version, name in wanted
+                                         for file in ("component.json", "manifest.json")])
     except RegistryNotFound:
         return []  # no registry yet
-    ours = {name: [_as_json(component, manifest) for _message, component, manifest in made]
-            for name, made in _definitions().items()}
-    versions = 0
-    for name in sorted(names & ours.keys()):
-        for entry in registry.history(name):
-            if entry.kind == "version":
-                stored = registry.resolve(f"{name}@{entry.version}")
-                versions += _as_json(stored.component, stored.manifest) not in ours[name]
-    return [(len(names - ours.keys()), "other team(s) in its registry"),
-            (versions, f"version(s) of {' or '.join(ours)} it did not register")]
+    except RegistryError:  # its history unreadable: not a registry the demo made
+        return [(1, "registry it cannot read")]
+    stored = iter(texts)
+    versions = sum(_stored_json(next(stored), next(stored)) not in ours[name] for _version, name in wanted)
+    return [(len(names - _definitions().keys()), "other team(s) in its registry"),
+            (versions, f"version(s) of {' or '.join(_definitions())} it did not register")]
 
 
-def _as_json(component: ComponentModel | Mapping[str, Any], manifest: Manifest) -> str:
-    as_dict = component.model_dump(mode="json") if isinstance(component, ComponentModel) else component
-    return json.dumps([as_dict, manifest.model_dump(mode="json")], sort_keys=True)
+def _as_json(component: ComponentModel, manifest: Manifest) -> str:
+    return json.dumps([component.model_dump(mode="json"), manifest.model_dump(mode="json")], sort_keys=True)
+
+
+def _stored_json(component: str | None, manifest: str | None) -> str | None:
+    """A version's two files as :func:`_as_json` gives the demo's; ``None`` for files missing or not JSON."""
+    try:
+        return json.dumps([json.loads(component or ""), json.loads(manifest or "")], sort_keys=True)
+    except ValueError:
+        return None
 
 
 async def _others_users(settings: Settings) -> list[tuple[int, str]]:
@@ -241,17 +250,17 @@ async def _others_users(settings: Settings) -> list[tuple[int, str]]:
                          .where(subjects.c.user_id.in_(DEMO_USERS)))
                 theirs.update((str(u), str(s)) for u, s in await conn.execute(query.distinct()))
             sessions = sum(1 for user, session in theirs if not DEMO_SESSIONS[user].fullmatch(session))
-            # Memory and transcripts outlive every record of the sessions they came from: kept of a user none
-            # of the demo's sessions is recorded for, they are someone else's.
+            # Memory outlives every record of the sessions it came from: kept of a user none of the demo's sessions
+            # is recorded for, it is someone else's (a subject alone is not: a run makes it first, an erasure
+            # removes it last).
             kept: set[str] = set()
-            for table in (subjects, memories):
-                if table.name in present:
-                    query = select(table.c.user_id).where(table.c.user_id.in_(DEMO_USERS)).distinct()
-                    kept.update(str(u) for u in (await conn.execute(query)).scalars())
+            if memories.name in present:
+                query = select(memories.c.user_id).where(memories.c.user_id.in_(DEMO_USERS)).distinct()
+                kept.update(str(u) for u in (await conn.execute(query)).scalars())
             unaccounted = len(kept - {user for user, _session in theirs})
             return [(len(users), "other user(s) in its database"),
                     (sessions, f"session(s) of {' or '.join(DEMO_USERS)} it did not open"),
-                    (unaccounted, f"user(s) {' or '.join(DEMO_USERS)} with data no session of its own left")]
+                    (unaccounted, f"user(s) {' or '.join(DEMO_USERS)} with memory no session of its own left")]
     except SchemaNotReady:
         return []  # no database file yet: nothing to refuse
     finally:
