@@ -436,7 +436,11 @@ class Registry:
         return read_definition(self.repo, name, version)
 
     def _given(self, name: str, selector: str) -> TeamDefinition:
-        """The definition of a version or label given on its own (an argument of ``diff`` or ``check``)."""
+        """The definition of a version or label given on its own (an argument of ``diff`` or ``check``): a string
+        (``None`` would name the default label's version, comparing it with itself unasked)."""
+        if not isinstance(selector, str):
+            raise UnknownVersion(f"a version or label of team {name!r} is text; got {type(selector).__name__}",
+                                 hint=f"give a label or 7+ hex digits of a version (`teamstore registry history {name}`)")
         return self._read(name, self._resolve_version(name, selector, alone=True))
 
 

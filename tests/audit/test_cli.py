@@ -6,6 +6,7 @@ import asyncio
 import csv
 import io
 import json
+import shutil
 import socket
 import threading
 from datetime import UTC, datetime
@@ -362,6 +363,26 @@ def test_a_session_whose_transcripts_went_to_another_store_names_it_and_the_sett
     assert json.loads(runner.invoke(app, [*show, "--json"]).stdout)["total"] == 1
     missing = runner.invoke(app, ["transcripts", "show", "--user", USER, "--session", "other"])
     assert missing.exit_code == 1 and "check the session id" in missing.stderr  # its own store: a wrong id
+
+
+def test_a_user_whose_transcripts_went_to_two_other_stores_is_told_each_and_its_own_store_keeps_its_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Reviewed: the fix named only the first store, and a store holding transcripts written before stores were
+    # recorded was said to hold none of the user's.
+    first, second, here = (tmp_path / name for name in ("first-tx", "second-tx", "default-tx"))
+    for folder in (first, second):
+        monkeypatch.setenv("TEAMSTORE_TRANSCRIPTS_URL", folder.as_uri())
+        _populate(1)
+    here.mkdir()
+    monkeypatch.setenv("TEAMSTORE_TRANSCRIPTS_URL", here.as_uri())
+    show = ["transcripts", "show", "--user", USER, "--session", SESSION]
+    said = " ".join(runner.invoke(app, show, env={"COLUMNS": "300"}).stderr.split())
+    assert f"one of: TEAMSTORE_TRANSCRIPTS_URL={first.as_uri()}; TEAMSTORE_TRANSCRIPTS_URL={second.as_uri()}" in said
+    shutil.copytree(second, here, dirs_exist_ok=True)  # the user's, with no record of this store
+    assert json.loads(runner.invoke(app, [*show, "--json"]).stdout)["total"] == 1
+    wrong = runner.invoke(app, [*show, "--run", "0000000"], env={"COLUMNS": "300"})
+    assert wrong.exit_code == 1 and "were written to" not in " ".join(wrong.stderr.split()), wrong.output
 
 
 def test_a_flush_on_a_machine_without_the_transcript_folder_delivers_nothing_there_unless_told_to_make_it(

@@ -8,11 +8,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from autogen_agentchat.agents import AssistantAgent
 from autogen_agentchat.conditions import MaxMessageTermination, SourceMatchTermination
 from autogen_agentchat.teams import Swarm
 
 from config_registry import Manifest, Registry
+from config_registry.errors import UnknownVersion
 from teamstore import examples
 from teamstore.offline import OfflineChatCompletionClient
 from tests.registry.conftest import calling_client, dump, triage_json, triage_manifest
@@ -236,3 +238,14 @@ def test_diff_shows_a_tool_whose_source_code_changed(registry: Registry) -> None
     # reviewer nothing.
     before, after = line.split(" -> ")
     assert "a + b" in before and "a - b" in after
+
+
+@pytest.mark.parametrize("given", [None, 1234567, b"abc1234"])
+def test_a_version_given_to_diff_or_check_that_is_not_text_is_refused_with_a_typed_error(
+    registry: Registry, given: Any
+) -> None:
+    # None compared the default label's version with itself and called it compatible; a number raised TypeError.
+    registry.add("support_triage", triage_json(), triage_manifest(), "v1", label="production")
+    for compare in (registry.diff, registry.check):
+        with pytest.raises(UnknownVersion, match="is text; got"):
+            compare("support_triage", given, "production")

@@ -102,22 +102,32 @@ async def load_transcripts(
 
 async def _written_elsewhere(engine: AsyncEngine, subject: str, store: TranscriptStore) -> TranscriptNotFound | None:
     """The error of a user whose transcripts the records say went to other stores, never to this one (a service
-    run with another TEAMSTORE_TRANSCRIPTS_URL): it names them, and the setting that reads them, as erase's dry
-    run does. ``None`` when this store is one of them (the session's may be here: its own error stands)."""
+    run with another TEAMSTORE_TRANSCRIPTS_URL): it names each, with the settings that read it, as erase's dry
+    run does. ``None`` when this store is one of them, or holds any of the user's transcripts all the same (ones
+    written before stores were recorded): the session's may be here, and its own error stands."""
     from teamstore.audit.placement import endpoint_setting
     from teamstore.audit.subjects import recorded_endpoints, recorded_stores
     from teamstore.audit.transcripts import store_endpoint
+    from teamstore.audit.transcripts.base import subject_prefix
+    from teamstore.audit.transcripts.capabilities import holds_any
 
     recorded = await recorded_stores(engine, subject)
     others = sorted(url for url, erased in recorded.items() if not erased and url != store.url)
-    if not others or recorded.get(store.url) is False:
+    if not others or recorded.get(store.url) is False or await holds_any(store, subject_prefix(subject)):
         return None
-    endpoint = (await recorded_endpoints(engine, subject)).get(others[0])
-    at = f"{endpoint_setting(endpoint)} and " if endpoint not in (None, store_endpoint(store)) else ""
+    endpoints = await recorded_endpoints(engine, subject)
+
+    def settings(url: str) -> str:
+        endpoint = endpoints.get(url)
+        at = f"{endpoint_setting(endpoint)} " if endpoint not in (None, store_endpoint(store)) else ""
+        return f"{at}TEAMSTORE_TRANSCRIPTS_URL={url}"
+
     return TranscriptNotFound(
         f"no transcript of this user in {store.url}: the records say their transcripts were written to "
         f"{' and '.join(others)}",
-        hint=f"run `teamstore transcripts show` with {at}TEAMSTORE_TRANSCRIPTS_URL={others[0]}",
+        hint=f"run `teamstore transcripts show` with {settings(others[0])}" if len(others) == 1 else
+             "run `teamstore transcripts show` with the settings of the store the session's went to, one of: "
+             + "; ".join(settings(url) for url in others),
     )
 
 
