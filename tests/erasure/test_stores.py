@@ -34,7 +34,7 @@ from teamstore.db.engine import create_engine
 from teamstore.db.fence import user_holds
 from teamstore.db.migrate import upgrade
 from teamstore.erasure import RequestStatus, StepStatus
-from teamstore.erasure.schema import erasure_steps
+from teamstore.erasure.schema import erasure_requests, erasure_steps
 from teamstore.errors import ErasureInProgress, TranscriptStoreMismatch
 from teamstore.events import drain_observers
 from teamstore.settings import Settings
@@ -406,22 +406,63 @@ async def test_versions_held_in_two_stores_end_the_request_after_one_pass_on_eac
         await store.close()
 
 
+def _unkeyed_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "TEAMSTORE_ERASURE_HASH_KEY is unset" in r.getMessage()]
+
+
 @pytest.mark.s3
+@pytest.mark.parametrize(("keys", "warns"), [({}, True), ({"hash_key": SecretStr("k" * 32)}, False),
+                                              ({"hash_key_previous": SecretStr("p" * 32)}, False)],
+                         ids=["no key", "the key", "only the previous key"])
 async def test_a_request_held_without_a_hash_key_warns_that_its_hash_of_the_user_id_is_keyed_by_the_database(
-    engine: AsyncEngine, s3_env: str, caplog: pytest.LogCaptureFixture
+    engine: AsyncEngine, s3_env: str, caplog: pytest.LogCaptureFixture, keys: dict[str, SecretStr], warns: bool
 ) -> None:
     """A held request keeps a hash of the id it forgot; keyed by the database's own id, a copy of the database alone
-    tests guessed ids against it. A deployment's erasure (Postgres, or an S3 store) says so, naming no id."""
-    for request_id, key in (("req-unkeyed", None), ("req-keyed", SecretStr("k" * 32))):
-        locked = S3TranscriptStore(make_client(), versioned_bucket(lock=True), "audit")
-        await _held_in(engine, {locked: 2})
-        caplog.clear()
-        receipt = await coordinator(engine, locked, hash_key=key).run(USER, request_id=request_id)
-        assert receipt.status is RequestStatus.RETAINED_UNDER_HOLD, receipt
-        warned = [r.getMessage() for r in caplog.records if "TEAMSTORE_ERASURE_HASH_KEY is unset" in r.getMessage()]
-        assert len(warned) == (1 if key is None else 0), warned
-        assert not [line for line in warned if USER in line or request_id in line]
-        await locked.close()
+    tests guessed ids against it. A deployment's erasure (Postgres, or an S3 store) says so, naming no id; with only
+    the previous key given, the hash is kept under that one, and nothing is said."""
+    locked = S3TranscriptStore(make_client(), versioned_bucket(lock=True), "audit")
+    await _held_in(engine, {locked: 2})
+    receipt = await coordinator(engine, locked, **keys).run(USER, request_id="req-held")
+    assert receipt.status is RequestStatus.RETAINED_UNDER_HOLD, receipt
+    warned = _unkeyed_warnings(caplog)
+    assert len(warned) == (1 if warns else 0), warned
+    assert not [line for line in warned if USER in line or "req-held" in line]
+    await locked.close()
+
+
+@pytest.mark.s3
+async def test_a_request_held_since_before_it_kept_a_hash_of_the_user_id_is_not_warned_of(
+    engine: AsyncEngine, s3_env: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Held before migration 0026, a request keeps no hash at all: its rerun, held again, has none to warn of."""
+    locked = S3TranscriptStore(make_client(), versioned_bucket(lock=True), "audit")
+    await _held_in(engine, {locked: 2})
+    await coordinator(engine, locked).run(USER, request_id="req-old")
+    async with engine.begin() as conn:
+        await conn.execute(update(erasure_requests).where(erasure_requests.c.request_id == "req-old")
+                           .values(user_hash=None))
+    caplog.clear()
+    again = await coordinator(engine, locked).run(USER, request_id="req-old")
+    assert again.status is RequestStatus.RETAINED_UNDER_HOLD, again
+    assert _unkeyed_warnings(caplog) == []
+    await locked.close()
+
+
+@pytest.mark.s3
+async def test_a_request_held_by_the_embedded_default_is_not_warned_of(
+    engine: AsyncEngine, s3_env: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On SQLite with a local folder, the database's file and its id sit side by side on one machine anyway: the
+    request that ends held in the pass against the folder says nothing. On Postgres it warns."""
+    locked = S3TranscriptStore(make_client(), versioned_bucket(lock=True), "audit")
+    folder = LocalTranscriptStore(tmp_path / "moved")
+    await _held_in(engine, {locked: 2, folder: 1})
+    with pytest.raises(TranscriptStoreMismatch):
+        await coordinator(engine, locked).run(USER, request_id="req-embedded")
+    receipt = await coordinator(engine, folder).run(USER, request_id="req-embedded")
+    assert receipt.status is RequestStatus.RETAINED_UNDER_HOLD, receipt
+    assert len(_unkeyed_warnings(caplog)) == (0 if engine.dialect.name == "sqlite" else 1)
+    await locked.close()
 
 
 async def test_a_transcript_delivered_from_the_outbox_records_the_store_it_went_to(

@@ -336,14 +336,21 @@ class DeletionCoordinator:
             raise requests.taken_over(row.request_id)
         await empty_sqlite_log(self.engine, "an erasure")
         log.info("erasure %s finished: %s", self._named(row.request_id), receipt.status)
-        if receipt.status is RequestStatus.RETAINED_UNDER_HOLD and self.knobs.hash_key is None and self._deployed():
-            # The request now keeps a hash of the id it forgot, keyed by the database's own id: a copy of the
-            # database alone (a backup) can test guessed ids (email addresses) against it.
-            log.warning("erasure %s is held and keeps a hash of its user id keyed by the database's own id, as "
-                        "TEAMSTORE_ERASURE_HASH_KEY is unset: a copy of the database alone can test a guessed id "
-                        "against it (fix: set TEAMSTORE_ERASURE_HASH_KEY to a secret kept out of the database; the "
-                        "request's rerun then keeps the hash under it)", self._named(row.request_id))
+        if receipt.status is RequestStatus.RETAINED_UNDER_HOLD:
+            self._warn_of_unkeyed_hash(row)
         return receipt
+
+    def _warn_of_unkeyed_hash(self, row: requests.RequestRow) -> None:
+        """Warn when the held request ``row`` keeps a hash of the id it forgot under the database's own id: a copy
+        of the database alone (a backup) can test guessed ids (email addresses) against it. A request held since
+        before migration 0026 keeps none, and the embedded default's key sits beside its database anyway."""
+        # The run read the row after open_request took the hash under the first of hash_keys, if it keeps one.
+        if row.user_hash is None or not requests.keyed_by_database(self.knobs) or not self._deployed():
+            return
+        log.warning("erasure %s is held and keeps a hash of its user id keyed by the database's own id, as "
+                    "TEAMSTORE_ERASURE_HASH_KEY is unset: a copy of the database alone can test a guessed id "
+                    "against it (fix: set TEAMSTORE_ERASURE_HASH_KEY to a secret kept out of the database; the "
+                    "request's rerun then keeps the hash under it)", self._named(row.request_id))
 
     def _deployed(self) -> bool:
         """Whether this is a deployment's erasure (a Postgres database or an S3 transcript store), not the embedded

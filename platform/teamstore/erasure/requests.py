@@ -290,8 +290,18 @@ async def hash_keys(engine: AsyncEngine, knobs: ErasureSettings) -> list[str]:
         StoreUnavailable: The database could not be reached.
     """
     ours = await database_id(engine)
-    given = [secret.get_secret_value() for secret in (knobs.hash_key, knobs.hash_key_previous) if secret]
-    return list(dict.fromkeys([*given, ours]))
+    return list(dict.fromkeys([*_given_keys(knobs), ours]))
+
+
+def keyed_by_database(knobs: ErasureSettings) -> bool:
+    """Whether a request keeps its hash of the user id under the database's own id: the first of
+    :func:`hash_keys`, since neither ``TEAMSTORE_ERASURE_HASH_KEY`` nor ``TEAMSTORE_ERASURE_HASH_KEY_PREVIOUS`` is
+    given (with only the previous key given, the hash is kept under that one)."""
+    return not _given_keys(knobs)
+
+
+def _given_keys(knobs: ErasureSettings) -> list[str]:
+    return [secret.get_secret_value() for secret in (knobs.hash_key, knobs.hash_key_previous) if secret]
 
 
 async def open_request(
