@@ -377,8 +377,49 @@ async def test_a_user_id_with_no_request_is_told_in_words_of_a_held_request_file
         assert said == (f"a held request was filed for a user id that differs from this one only in {kind}: give "
                         "--user exactly as that request was filed (its ticket says)"), (given, said)
     assert await near_user_match(engine, "dave", ErasureSettings()) is None  # a hash under a key not given
-    assert await near_user_match(engine, "dAVE") is None  # hashes match exactly: a spelling not tried is not found
     assert await near_user_match(engine, "Dave", keyed) is None  # the id itself is no near twin
+    # Hashes match exactly: a spelling not tried is not found. Those of Dave are dave, DAVE, Dave ..., never dAvE.
+    await _held(engine, "req-803", "dAvE", keyed)
+    assert await near_user_match(engine, "Dave", keyed) is None
+    assert "letter case" in (await near_user_match(engine, "DAVE", keyed) or "")  # Dave's twin, as before
+
+
+def _twin(request: str, failed: bool = False) -> str:
+    return (f"{request} {'were' if ' and ' in request else 'was'} filed for a user id that differs from this one only "
+            f"in letter case: give --user exactly as "
+            f"{'those requests were filed (their tickets say)' if ' and ' in request else 'that request was filed (its ticket says)'}")
+
+
+async def test_a_near_twin_held_request_is_named_for_what_it_is_and_only_when_the_listings_filters_keep_it(
+    engine: AsyncEngine,
+) -> None:
+    """A held request whose rerun failed (still without the id, still keeping its hash) was called held; and
+    ``--status open`` or ``--overdue`` told of a held request that neither would list under its own id."""
+    knobs = ErasureSettings()
+    for request_id, user in (("req-811", "Fay"), ("req-812", "Gus"), ("req-813", "hal"), ("req-814", "HAL")):
+        await _held(engine, request_id, user, knobs)
+    async with engine.begin() as conn:  # their reruns failed, past their due date
+        await conn.execute(update(erasure_requests).where(erasure_requests.c.request_id.in_(["req-812", "req-814"]))
+                           .values(status=RequestStatus.FAILED, due_at=datetime.now(UTC) - DAY))
+    await requests.open_request(engine, "req-815", "Ida", None, 30)
+
+    held, failed = "a held request", "a held request whose rerun failed"
+    assert await near_user_match(engine, "fay", knobs) == _twin(held)
+    assert await near_user_match(engine, "gus", knobs) == _twin(failed)
+    assert await near_user_match(engine, "Hal", knobs) == _twin(f"{held} and {failed}")
+    twin_of_ida = ("a stored user id differs from this one only in letter case: check the id exactly as the service "
+                   "stores it (ids match exactly)")  # an open request's: nothing is stored under Ida but it
+    for filters, fay, gus, ida in (
+            ({"statuses": [RequestStatus.OPEN]}, None, None, twin_of_ida),
+            ({"statuses": [RequestStatus.RETAINED_UNDER_HOLD]}, _twin(held), None, None),
+            ({"statuses": [RequestStatus.FAILED]}, None, _twin(failed), None),
+            ({"overdue": True}, None, _twin(failed), None)):  # a held request is never overdue; its failed rerun is
+        assert await near_user_match(engine, "fay", knobs, **filters) == fay, filters
+        assert await near_user_match(engine, "gus", knobs, **filters) == gus, filters
+        assert await near_user_match(engine, "ida", knobs, **filters) == ida, filters
+    overdue = await list_requests(engine, overdue=True, user_id="Gus", user_hashes=await requests.user_hashes(
+        engine, knobs, "Gus"))
+    assert [r.request_id for r in overdue] == ["req-812"]  # as the twin's id would list it
 
 
 async def test_a_rerun_records_who_asked_when_the_first_attempt_did_not(engine: AsyncEngine) -> None:

@@ -351,6 +351,10 @@ def test_list_by_user_says_in_words_that_a_held_request_was_filed_for_a_near_twi
     status, out, shown = _on_a_terminal("", "erase", "list", "--user", "lea")
     assert status == 0 and "a held request was filed" in out, out
     assert "Lea" not in listed.output + str(as_json) + out + shown  # a spelling not asked for, on no output
+    # Only a request the filters keep is a twin: `--status open` would not list the held one under its own id either.
+    for args, near in ((("--status", "open"), None), (("--overdue",), None),
+                       (("--status", "retained_under_hold"), as_json["near_match"])):
+        assert json.loads(cli("erase", "list", "--user", "lea", *args, "--json").stdout)["near_match"] == near, args
 
 
 async def _stored_by_an_earlier_release(request_id: str, user: str) -> None:
@@ -829,6 +833,9 @@ def test_a_user_id_with_no_request_is_told_whether_a_near_twin_exists_never_nami
     status, out, shown = _on_a_terminal("", "erase", "list", "--user", "quinn")
     assert status == 0 and "did you mean 'Quinn'? It differs only in letter case." in shown
     assert "'Quinn'" not in out  # stdout may be a file or a pipe: the id only on the terminal's stderr
+    # Quinn's request is open: a listing of held ones would not list it under Quinn either, so it is no twin there.
+    status, out, shown = _on_a_terminal("", "erase", "list", "--user", "quinn", "--status", "retained_under_hold")
+    assert status == 0 and "did you mean" not in shown and out == "no request matches\n", (out, shown)
 
 
 def test_list_filters_that_can_never_match_or_are_given_twice_are_refused_saying_why() -> None:

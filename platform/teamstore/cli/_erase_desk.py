@@ -68,7 +68,8 @@ def list_(
         hashes = await user_hashes(engine, knobs, one_user) if one_user is not None else ()
         found = await list_requests(engine, statuses=statuses, overdue=overdue, user_id=one_user,
                                     user_hashes=hashes, after=cursor, limit=limit + 1)
-        near = await near_user_match(engine, one_user, knobs) if one_user is not None and not found else None
+        near = (await near_user_match(engine, one_user, knobs, statuses=statuses, overdue=overdue)
+                if one_user is not None and not found else None)
         return found, near
 
     found, near = with_app(lambda app: listing(app.engine), must_exist=True)
@@ -78,9 +79,9 @@ def list_(
     emit({"requests": [r.model_dump(mode="json") for r in found], "more": more, "next": following,
           "near_match": near}, as_json=as_json, render=lambda _: _render_list(found, overdue, command, near))
     if one_user is not None and not found:
-        from teamstore.erasure.desk import NEAR_TABLES
+        from teamstore.erasure.desk import near_tables
 
-        suggest_near_matches(one_user, NEAR_TABLES)
+        suggest_near_matches(one_user, lambda engine: near_tables(engine, statuses, overdue))
 
 
 def _one(option: str, given: list[str]) -> str | None:

@@ -26,7 +26,8 @@ from teamstore.terminal import console, plain, print_table
 # The coordinator and the receipt's models (the database, the stores) are imported when a command runs, not
 # with the command line: `teamstore --help` starts without them.
 if TYPE_CHECKING:
-    from sqlalchemy import Table
+    from sqlalchemy import FromClause
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
     from teamstore.erasure import DeletionCoordinator, Receipt
 
@@ -138,16 +139,18 @@ def finish(receipt: Receipt, as_json: bool, suggest_for: str | None = None) -> N
         fail(ErasureIncomplete(f"the erasure is {receipt.status}{late}", hint=hint), INCOMPLETE)
 
 
-def suggest_near_matches(user: str, tables: Sequence[Table] | None = None) -> None:
+def suggest_near_matches(user: str, tables: Callable[[AsyncEngine], Sequence[FromClause]] | None = None) -> None:
     """On a terminal, name the stored ids that differ from ``user`` only in letter case, Unicode form or
     surrounding spaces: the ones the operator may have meant. Only there: a job's output is kept in its
     logs, where another user's id must never go (the receipt says it in words, without the id). ``tables``:
-    where to look (:func:`teamstore.export.nearby.near_matches`; by default the stores keyed by the id)."""
+    where to look, given the database (:func:`teamstore.export.nearby.near_matches`; by default the stores keyed
+    by the id)."""
     from teamstore.export.nearby import TABLES, near_matches
 
     if not (sys.stdin.isatty() and sys.stderr.isatty()):
         return
-    twins = with_app(lambda app: near_matches(app.engine, user, tables or TABLES), must_exist=True)
+    twins = with_app(lambda app: near_matches(app.engine, user, tables(app.engine) if tables else TABLES),
+                     must_exist=True)
     for stored, kind in twins.items():
         shown = repr(stored) if stored.isascii() else f"{stored!r} ({stored!a})"  # Unicode forms look alike
         err_console.print(f"[yellow]did you mean[/] {plain(shown)}? It differs only in {kind}.")

@@ -47,9 +47,9 @@ UNFINISHED = (RequestStatus.OPEN, RequestStatus.FAILED)
 """Requests that can still be overdue or extended: running, killed, or failed and waiting for a rerun."""
 _BY = re.compile(r"^\s*(\d{1,3})\s*([dwm])\s*$")
 SUBJECT_CHARS = 12
-NEAR_TABLES = (*TABLES, erasure_requests)
-"""Where ``erase list --user`` looks for a near twin of an id that found no request: the stores keyed by the
-raw id, and the requests themselves (an open or failed one keeps its user's id)."""
+HELD_TWINS = {RequestStatus.RETAINED_UNDER_HOLD: "a held request", RequestStatus.FAILED: "a held request whose rerun failed"}
+"""The requests that have forgotten their user's id and keep a keyed hash of it, as a near twin's is named: held, or
+held and then failed on a rerun (a finished request keeps neither)."""
 
 
 class RequestSummary(BaseModel):
@@ -125,10 +125,7 @@ async def list_requests(
     r = erasure_requests.c
     order = _order(erasure_requests, overdue)
     query = select(erasure_requests).order_by(*(key.desc() if desc else key for key, desc in order)).limit(limit)
-    if statuses:
-        query = query.where(r.status.in_([str(s) for s in statuses]))
-    if overdue:
-        query = query.where(overdue_clause(now))
+    query = query.where(*listed_by(statuses, overdue, now))
     if user_id is not None:
         held = and_(r.user_id.is_(None), r.user_hash.in_(list(user_hashes))) if user_hashes else false()
         query = query.where(or_(r.user_id == user_id, held))
@@ -145,6 +142,23 @@ async def list_requests(
         operators.setdefault(request_id, []).append(operator)
     key = await log_name_key(engine)
     return [_summary(row._mapping, operators.get(row.request_id, []), now, key) for row in rows]
+
+
+def listed_by(statuses: Collection[RequestStatus], overdue: bool, now: Any) -> list[ColumnElement[bool]]:
+    """What ``--status`` and ``--overdue`` keep of ``ts_erasure_requests`` (:func:`list_requests`); ``now`` as
+    for :func:`overdue_clause`."""
+    return ([erasure_requests.c.status.in_([str(s) for s in statuses])] if statuses else []) + (
+        [overdue_clause(now)] if overdue else [])
+
+
+def near_tables(engine: AsyncEngine, statuses: Collection[RequestStatus] = (), overdue: bool = False,
+                ) -> tuple[FromClause, ...]:
+    """Where ``erase list --user`` looks for a near twin of an id that found no request: the stores keyed by the
+    raw id, and the requests the listing's filters keep (an open or failed one keeps its user's id): a twin's
+    request those filters leave out would not be listed under the twin's id either."""
+    listed = listed_by(statuses, overdue, shared_now(engine.dialect.name))
+    requests_kept = select(erasure_requests.c.user_id).where(*listed).subquery("listed") if listed else erasure_requests
+    return (*TABLES, requests_kept)
 
 
 def _order(table: FromClause, overdue: bool) -> list[tuple[ColumnElement[Any], bool]]:
@@ -188,25 +202,35 @@ async def _check_after(engine: AsyncEngine, after: str) -> None:
         raise await requests.not_found(engine, after, given_as="--after", hint=how)
 
 
-async def near_user_match(engine: AsyncEngine, user_id: str, knobs: ErasureSettings | None = None) -> str | None:
+async def near_user_match(
+    engine: AsyncEngine, user_id: str, knobs: ErasureSettings | None = None, *,
+    statuses: Collection[RequestStatus] = (), overdue: bool = False,
+) -> str | None:
     """Whether a stored user id, or an open or failed request's, differs from ``user_id`` only in letter case,
     Unicode form or surrounding spaces (:func:`teamstore.export.nearby.near_match`), and whether a held request
     was filed for such an id (:func:`near_held`), in words that never name it: what the desk is told when
     ``--user`` finds no request. ``knobs``: the hash keys (``ErasureSettings()``, the environment, by default).
+    ``statuses`` and ``overdue``: the listing's filters; a request they leave out is no twin (:func:`near_tables`).
 
     Raises:
         StoreUnavailable: The database could not be reached.
     """
-    said = [await near_match(engine, user_id, NEAR_TABLES), await near_held(engine, user_id, knobs or ErasureSettings())]
+    listed = listed_by(statuses, overdue, shared_now(engine.dialect.name))
+    said = [await near_match(engine, user_id, near_tables(engine, statuses, overdue)),
+            await near_held(engine, user_id, knobs or ErasureSettings(), listed)]
     return "; ".join(filter(None, said)) or None
 
 
-async def near_held(engine: AsyncEngine, user_id: str, knobs: ErasureSettings) -> str | None:
+async def near_held(
+    engine: AsyncEngine, user_id: str, knobs: ErasureSettings, listed: Collection[ColumnElement[bool]] = (),
+) -> str | None:
     """Whether a held request keeps the hash of an id that differs from ``user_id`` only in letter case, Unicode
-    form or surrounding spaces, in words that never name that id (one not asked for). A hash is matched exactly, so
-    only the spellings :func:`teamstore.export.nearby.variants` makes of ``user_id`` (all lower or upper case,
-    capitalised, title case, case-folded, each Unicode form, trimmed) are hashed, under every key a request may
-    keep its hash under, and looked up: ``dAvE`` held is not found for ``Dave``.
+    form or surrounding spaces, in words that never name that id (one not asked for), and that say whether the
+    request's rerun failed since (:data:`HELD_TWINS`). A hash is matched exactly, so only the spellings
+    :func:`teamstore.export.nearby.variants` makes of ``user_id`` (all lower or upper case, capitalised, title
+    case, case-folded, each Unicode form, trimmed) are hashed, under every key a request may keep its hash under,
+    and looked up: ``dAvE`` held is not found for ``Dave``. ``listed``: only requests these clauses keep
+    (:func:`listed_by`).
 
     Raises:
         StoreUnavailable: The database could not be reached.
@@ -214,13 +238,19 @@ async def near_held(engine: AsyncEngine, user_id: str, knobs: ErasureSettings) -
     r, keys = erasure_requests.c, await requests.hash_keys(engine, knobs)
     spelt = {user_hash(variant, key): variant for variant in variants(user_id) for key in keys}
     async with requests.db(engine, "look for held requests of near-identical user ids") as conn:
-        found = (await conn.execute(select(r.user_hash).where(r.user_id.is_(None), r.user_hash.in_(sorted(spelt)))
-                                    )).scalars().all()
-    kinds = sorted({kind for hashed in found if (kind := difference(user_id, spelt[hashed])) is not None})
-    if not kinds:
+        found = (await conn.execute(select(r.user_hash, r.status).where(
+            r.user_id.is_(None), r.user_hash.in_(sorted(spelt)), r.status.in_([str(s) for s in HELD_TWINS]),
+            *listed))).all()
+    twins = {(RequestStatus(status), kind) for hashed, status in found
+             if (kind := difference(user_id, spelt[hashed])) is not None}
+    if not twins:
         return None
-    return (f"a held request was filed for a user id that differs from this one only in {' / '.join(kinds)}: give "
-            "--user exactly as that request was filed (its ticket says)")
+    named = [words for status, words in HELD_TWINS.items() if any(twin == status for twin, _ in twins)]
+    kinds = " / ".join(sorted({kind for _, kind in twins}))
+    one = len(named) == 1
+    return (f"{' and '.join(named)} {'was' if one else 'were'} filed for a user id that differs from this one only "
+            f"in {kinds}: give --user exactly as "
+            f"{'that request was filed (its ticket says)' if one else 'those requests were filed (their tickets say)'}")
 
 
 def _summary(mapping: Any, operators: list[str], now: datetime, log_key: str) -> RequestSummary:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Sequence
 
-from sqlalchemy import ColumnElement, Table, exists, func, or_, select
+from sqlalchemy import ColumnElement, FromClause, Table, exists, func, or_, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -84,7 +84,7 @@ def _loose(text: str) -> str:
     return unicodedata.normalize("NFKC", text).casefold()
 
 
-async def near_matches(engine: AsyncEngine, user_id: str, tables: Sequence[Table] = TABLES) -> dict[str, str]:
+async def near_matches(engine: AsyncEngine, user_id: str, tables: Sequence[FromClause] = TABLES) -> dict[str, str]:
     """The stored user ids that differ from ``user_id`` only in letter case, Unicode form or surrounding
     spaces (at most a few per table), each with how it differs. For an operator's terminal only: never
     stored, logged or put on a receipt.
@@ -93,7 +93,7 @@ async def near_matches(engine: AsyncEngine, user_id: str, tables: Sequence[Table
         engine: The database.
         user_id: The id that matched nothing.
         tables: Where to look, each with a ``user_id`` column: the stores keyed by the raw id unless told
-            (the desk's listing adds the erasure requests, the table it searches).
+            (the desk's listing adds the erasure requests its filters keep, the ones it searches).
 
     Raises:
         StoreUnavailable: The database could not be reached.
@@ -114,7 +114,7 @@ async def near_matches(engine: AsyncEngine, user_id: str, tables: Sequence[Table
     return {stored: kind for stored in sorted(found) if (kind := difference(user_id, stored)) is not None}
 
 
-async def near_match(engine: AsyncEngine, user_id: str, tables: Sequence[Table] = TABLES) -> str | None:
+async def near_match(engine: AsyncEngine, user_id: str, tables: Sequence[FromClause] = TABLES) -> str | None:
     """A sentence saying that a stored user id differs from ``user_id`` only in letter case, Unicode form or
     surrounding spaces, and how, without naming it (it goes on the receipt); ``None`` when none does.
     ``tables`` as for :func:`near_matches`.
