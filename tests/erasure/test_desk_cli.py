@@ -323,6 +323,46 @@ def test_a_rerun_that_finds_nothing_more_is_asked_to_resume_its_request_not_to_f
     assert row["status"] == ("retained_under_hold" if held else "open")
 
 
+@pytest.mark.s3
+def test_a_rerun_after_a_hold_is_lifted_shows_the_version_it_kept_and_asks_to_erase_it(
+    s3_env: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The held request forgot the user and the mapping: its dry run found nothing for the id, every store no_match,
+    # and the terminal asked to resume a request with "nothing more" found, while the rerun deleted a version.
+    from teamstore.audit.subjects import get_or_create_subject, record_store
+    from teamstore.audit.transcripts import subject_prefix
+    from teamstore.audit.transcripts.s3 import S3TranscriptStore, make_client
+    from tests.erasure.conftest import versioned_bucket
+
+    bucket = versioned_bucket(lock=True)
+    monkeypatch.setenv("TEAMSTORE_TRANSCRIPTS_URL", f"s3://{bucket}/audit")
+    store = S3TranscriptStore(make_client(), bucket, "audit")
+
+    async def seed() -> dict[str, str]:
+        engine = create_engine(Settings().resolved_database_url)
+        await upgrade(engine)
+        subject = await get_or_create_subject(engine, "rosa")
+        await record_store(engine, subject, store.url)
+        for n in range(3):
+            await store.put(f"{subject_prefix(subject)}sessions/s{n}/runs/r{n}.jsonl.gz", b"transcript")
+        await engine.dispose()
+        return {"Bucket": bucket, "Key": f"audit/{subject_prefix(subject)}sessions/s0/runs/r0.jsonl.gz"}
+
+    hold = asyncio.run(seed())
+    store.client.put_object_legal_hold(**hold, LegalHold={"Status": "ON"})
+    assert cli("erase", "--user", "rosa", "--request-id", "req-t1", "--yes").exit_code == 2  # held
+    store.client.put_object_legal_hold(**hold, LegalHold={"Status": "OFF"})
+    prefix = hold["Key"].split("sessions/")[0]  # the subject's (the bucket also holds the database's mark)
+
+    status, _out, shown = _on_a_terminal("n", "erase", "--user", "rosa", "--request-id", "req-t1")
+    said = " ".join(shown.split())
+    assert status == 1 and "transcripts would_erase 0 1 1 0 10" in said, shown
+    assert "Nothing more is found" not in said and "Erase what is listed above?" in said
+    assert len(store.client.list_object_versions(Bucket=bucket, Prefix=prefix).get("Versions", [])) == 1
+    assert cli("erase", "--user", "rosa", "--request-id", "req-t1", "--yes").exit_code == 0
+    assert store.client.list_object_versions(Bucket=bucket, Prefix=prefix).get("Versions", []) == []
+
+
 def test_list_by_user_finds_a_held_request_by_the_hash_it_keeps_and_no_other_users() -> None:
     # A held request has forgotten its user's id: the desk asked for the user's requests found none of it.
     _populate("ivy")

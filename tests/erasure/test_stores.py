@@ -406,6 +406,32 @@ async def test_versions_held_in_two_stores_end_the_request_after_one_pass_on_eac
         await store.close()
 
 
+@pytest.mark.s3
+async def test_the_dry_run_of_a_held_requests_rerun_lists_the_version_its_hold_kept(
+    engine: AsyncEngine, s3_env: str
+) -> None:
+    """A request that ends held forgets its user and the mapping: the dry run of its rerun looked the user up, found
+    nothing, and said no store holds anything, and a terminal asked to resume a request with nothing left, while the
+    rerun then deleted the version the hold had kept."""
+    locked = S3TranscriptStore(make_client(), versioned_bucket(lock=True), "audit")
+    held = await _held_in(engine, {locked: 3})
+    first = await coordinator(engine, locked).run(USER, request_id="req-plan")
+    assert first.status is RequestStatus.RETAINED_UNDER_HOLD, first
+    locked.client.put_object_legal_hold(**held[locked], LegalHold={"Status": "OFF"})
+    await get_or_create_subject(engine, USER)  # the user came back since: not the held request's to erase
+
+    plan = await coordinator(engine, locked).run(USER, request_id="req-plan", dry_run=True)
+    transcripts = plan.stores["transcripts"]
+    assert plan.matched and transcripts.status is StepStatus.WOULD_ERASE, plan
+    assert (transcripts.counts.objects, transcripts.counts.versions, transcripts.counts.bytes) == (1, 1, 10)
+    assert plan.stores["subject"].status is StepStatus.NO_MATCH  # the mapping since is the user's, not the request's
+    assert plan.subject_hash == first.subject_hash
+    rerun = await coordinator(engine, locked).run(USER, request_id="req-plan")
+    assert rerun.status is RequestStatus.COMPLETED and all_versions(locked.client, locked.bucket) == [], rerun
+    assert await find_subject(engine, USER) is not None
+    await locked.close()
+
+
 def _unkeyed_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if "TEAMSTORE_ERASURE_HASH_KEY is unset" in r.getMessage()]
 

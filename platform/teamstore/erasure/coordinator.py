@@ -170,7 +170,7 @@ class DeletionCoordinator:
                 await requests.check_new_request(self.engine, request_id, user_id)
             else:
                 requests.same_user(stored, user_id, await requests.user_hashes(self.engine, self.knobs, user_id))
-            return await self._dry_run(user_id, reason, requested_by)
+            return await self._dry_run(user_id, reason, requested_by, stored)
         ran_by = current_operator(operator)
         await self._log_name_key()  # before a line is logged about the request
         row = await requests.open_request(self.engine, rid, user_id, reason, self.knobs.due_days, requested_by,
@@ -459,12 +459,17 @@ class DeletionCoordinator:
                           capture=self.settings.capture_message_content, attempts=attempts, now=now, near=near,
                           backups_until=backups_until)
 
-    async def _dry_run(self, user_id: str, reason: str | None, requested_by: str | None) -> Receipt:
+    async def _dry_run(
+        self, user_id: str, reason: str | None, requested_by: str | None, stored: requests.RequestRow | None = None,
+    ) -> Receipt:
         """What a request would find, with no request id: none is stored, so none could be looked up later.
-        Its times are those of a request received now."""
-        subject = await find_subject(self.engine, user_id)
+        Its times are those of a request received now. For the rerun of ``stored``, a request that has forgotten
+        its user (held, or its rerun failed since), what that rerun would find: the subject it keeps, whose mapping
+        and fence are gone, and nothing under the user id (the user's data since is not its business)."""
+        forgot = stored is not None and stored.user_id is None and stored.subject_key is not None
+        subject = stored.subject_key if stored is not None and forgot else await find_subject(self.engine, user_id)
         # Enumerating records nothing, so the context names no request.
-        ctx = StepContext(self.engine, self.transcripts, "", user_id, subject, keys=self.keys)
+        ctx = StepContext(self.engine, self.transcripts, "", None if forgot else user_id, subject, keys=self.keys)
         await check_store(ctx, self.settings.transcript_retention_days)  # a count from the wrong store misleads
         stores = {step.name: await _planned(step, ctx) for step in self.steps}
         now = await database_now(self.engine)  # as a request filed now would be received, on Postgres the server's
