@@ -43,8 +43,10 @@ _ONE_PASSWORD_ID = re.compile(r"[a-z0-9]{26}")
 # read back with the letters, where the part as written has none of them ("db-password-2024" has its word already).
 _LEET = str.maketrans("430157", "aeoist")
 _UUID_SHAPED = re.compile(r"[A-Za-z0-9]{8}-[A-Za-z0-9]{4}-[A-Za-z0-9]{4}-[A-Za-z0-9]{4}-[A-Za-z0-9]{12}")
-# A word of letters ending in a number of four digits at most, which the randomness test takes by its letters alone.
-_NUMBERED = re.compile(r"(?<![A-Za-z0-9])([A-Za-z]+)[0-9]{1,4}(?![A-Za-z0-9])")
+# A lower-case word ending in a number of four digits at most, as people number a server or a replica
+# ("sqlserver1", "postgres01"), which the randomness test takes by its letters alone. Not a capitalised word: the
+# commonest password's shape ("Password123", "Summer2024"); nor a long one ("xkmqplvnrtbwzyhgcdfjsa1234").
+_NUMBERED = re.compile(r"(?<![A-Za-z0-9])([a-z]{1,15})[0-9]{1,4}(?![A-Za-z0-9])")
 _PASSWORD_WORDS = ("pass", "secret", "admin", "letmein", "welcome", "qwerty")
 _SECRET_PATH = re.compile(r"[A-Za-z0-9/_.-]{3,512}")  # no symbol a password takes (@, !, +, =, a space)
 _PATH_WORD_SEPARATORS = re.compile(r"[-_.]")

@@ -426,6 +426,9 @@ def test_a_secret_stores_name_people_give_a_secret_is_stored_under_a_secret_ids_
     f"{_ARN}:AKIAIOSFODNN7EXAMPLE::", "https://crm-kv.vault.azure.net/secrets/s3cr3t-Pa55w0rd",
     # ... and where a version's id goes: a ClientRequestToken's length, a random key's look (openssl rand -hex 32)
     f"{_ARN}:password::q7Rz9LmX2vPkAbCdEfGh3JkL5MnP8QrS", f"{_ARN}:jwt::{'9f8e7d6c5b4a' * 5}3f2a",
+    # ... and a password in its commonest shape, or a random key, a number after it: not a server's name
+    "op://Private/DB/Password123", f"{_ARN}:Summer2024::", "https://crm-kv.vault.azure.net/secrets/Welcome1",
+    "projects/acme/secrets/xKmQpLvNrTbWzYhG12/versions/latest", f"{_ARN}:{'xkmqplvnrtbwzyhgcdfjs'}1234::",
 ])
 def test_a_secret_given_under_a_secret_id_is_refused(value: str) -> None:
     for env, args in (({"VAULT_SECRET_ID": value}, None), (None, ["-c", f"app --secret-id '{value}' serve"])):

@@ -20,6 +20,7 @@ a shell makes of undecodable bytes, cannot be saved, uploaded or sent to a model
 from __future__ import annotations
 
 import codecs
+import unicodedata
 from collections.abc import Sequence
 from typing import Any, BinaryIO
 
@@ -68,7 +69,7 @@ def check_task(task: Any, max_bytes: int) -> None:
             f"a task is text, an AgentChat message or a non-empty list of them; got {_describe(task)}",
             hint="pass the user's text as a str",
         )
-    if all(isinstance(m, BaseTextChatMessage) and not m.content.strip() for m in messages):
+    if all(isinstance(m, BaseTextChatMessage) and shows_nothing(m.content) for m in messages):
         raise InvalidTask(
             f"the task's {'message is' if len(messages) == 1 else 'messages are'} empty or only whitespace",
             hint="pass the user's message (a form field left empty or unset gives none)",
@@ -85,18 +86,25 @@ def check_task(task: Any, max_bytes: int) -> None:
                           hint=_TOO_LARGE_HINT)
 
 
-# Characters that show nothing and that str.strip() keeps: byte order marks (one left after another is
-# stripped), zero-width spaces and joiners, the word joiner. A task of these alone asks nothing either.
-_INVISIBLE = dict.fromkeys(map(ord, "\ufeff\u200b\u200c\u200d\u2060"))
+# Characters that show nothing besides whitespace and the format characters (Unicode's Cf: byte order marks,
+# zero-width spaces and joiners, direction marks, the soft hyphen): the Hangul fillers and the combining grapheme
+# joiner.
+_FILLERS = frozenset("\u115f\u1160\u3164\uffa0\u034f")
+
+
+def shows_nothing(text: str) -> bool:
+    """Whether ``text`` is empty, or only whitespace and characters that show nothing (a byte order mark left after
+    another was stripped, a zero-width space, a direction mark): it asks nothing of a model."""
+    return all(ch.isspace() or ch in _FILLERS or unicodedata.category(ch) == "Cf" for ch in text)
 
 
 def check_not_blank(text: str) -> None:
-    """Refuse text that asks nothing: empty, or only whitespace.
+    """Refuse text that asks nothing: empty, or only whitespace and characters that show nothing.
 
     Raises:
-        InvalidTask: ``text`` is empty or only whitespace.
+        InvalidTask: ``text`` is empty or only whitespace and characters that show nothing.
     """
-    if not text.translate(_INVISIBLE).strip():
+    if shows_nothing(text):
         raise InvalidTask(
             "the task is empty" if not text else
             f"the task is only whitespace or invisible characters ({len(text)} characters)",
