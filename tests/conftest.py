@@ -173,6 +173,21 @@ def fits_with_ids_whole(text: str, columns: int, *ids: str) -> None:
         assert any(value in line for line in lines), (value, text)
 
 
+def ctrl_c_after_its_first_line(*args: str) -> tuple[str, str, int]:
+    """``teamstore *args`` given a Ctrl-C as soon as it prints its first line (as it closes up and exits): that
+    line, the rest of its stdout and its stderr, and its exit status."""
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "teamstore", *args],
+                            env={**os.environ, "COLUMNS": "300"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert proc.stdout is not None
+    first = proc.stdout.readline()
+    proc.send_signal(signal.SIGINT)
+    rest, err = proc.communicate(timeout=60)
+    return first, first + rest + err, proc.returncode
+
+
 def git(path: Path, *args: str) -> str:
     """Run git in ``path`` and return its stdout (for tests that inspect the repository)."""
     return subprocess.run(["git", "-C", str(path), *args], check=True, capture_output=True, text=True).stdout

@@ -8,7 +8,6 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,6 +31,7 @@ from teamstore.keys.rotation import RotationReport, retire, rotate
 from teamstore.keys.schema import data_keys, key_encryption_keys
 from teamstore.keys.status import backups_unreadable_by, status
 from teamstore.settings import Settings
+from tests.conftest import ctrl_c_after_its_first_line
 from tests.keys.damaged import damage_wrapped_key
 from tests.keys.outage import Outage
 
@@ -674,16 +674,10 @@ def test_a_ctrl_c_as_keys_rotate_returns_says_the_rotation_is_done_and_exits_0(
 def test_a_ctrl_c_once_keys_rotate_has_said_it_is_done_changes_neither_its_output_nor_its_status() -> None:
     assert CliRunner().invoke(app, ["db", "upgrade"]).exit_code == 0
     asyncio.run(_sealed_for_all_here())
-    proc = subprocess.Popen([sys.executable, "-m", "teamstore", "keys", "rotate"],
-                            env={**os.environ, "COLUMNS": "300"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    assert proc.stdout is not None
-    first = proc.stdout.readline()
-    proc.send_signal(signal.SIGINT)  # as the process closes up and exits
-    rest, err = proc.communicate(timeout=60)
-    assert first.startswith("rotated to local:") and "3 data key(s) re-wrapped" in first + rest, first + rest
-    assert proc.returncode == 0, err
-    assert "KeyboardInterrupt" not in err and "Traceback" not in err and "interrupted" not in err, err
+    first, everything, status = ctrl_c_after_its_first_line("keys", "rotate")
+    assert first.startswith("rotated to local:") and "3 data key(s) re-wrapped" in everything, everything
+    assert status == 0, everything
+    assert not any(word in everything for word in ("KeyboardInterrupt", "Traceback", "interrupted")), everything
 
 
 def _unhandled(signum: int, _frame: object) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +16,7 @@ from typer.testing import CliRunner
 from config_registry import Registry
 from teamstore import examples
 from teamstore.cli import app
-from tests.conftest import fits_with_ids_whole, git
+from tests.conftest import ctrl_c_after_its_first_line, fits_with_ids_whole, git
 from tests.registry.conftest import triage_json
 
 runner = CliRunner()
@@ -544,16 +543,9 @@ def test_a_ctrl_c_once_registry_add_or_label_has_committed_changes_neither_its_o
     if command == "label":
         version = as_json(*args)["version"]
         args, said = ["registry", "label", "support_triage", version, "staging", "--reason", "try"], "support_triage:"
-    proc = subprocess.Popen([sys.executable, "-m", "teamstore", *args],
-                            env={**os.environ, "COLUMNS": "300"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    assert proc.stdout is not None
-    first = proc.stdout.readline()
-    proc.send_signal(signal.SIGINT)  # as the process closes up and exits
-    rest, err = proc.communicate(timeout=60)
-    assert first.startswith(said), first + rest + err
-    assert proc.returncode == 0, err
-    assert "KeyboardInterrupt" not in err and "Traceback" not in err and "interrupted" not in err, err
+    first, everything, status = ctrl_c_after_its_first_line(*args)
+    assert first.startswith(said) and status == 0, everything
+    assert not any(word in everything for word in ("KeyboardInterrupt", "Traceback", "interrupted")), everything
     assert as_json("registry", "list")[0]["name"] == "support_triage"
 
 
