@@ -195,6 +195,19 @@ def _with_its_teams(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess
     return teamstore
 
 
+def test_demo_registers_again_over_a_rename_a_killed_demo_left_in_production(tmp_path: Path) -> None:
+    # Killed between shipping the rename and rolling it back, the demo left production on v2, and the next one
+    # stopped at its first step ("label 'production' points at version ..., would not resume").
+    from config_registry import Registry
+    from teamstore import demo
+
+    registry = Registry.from_path(tmp_path / "registry", create=True)
+    _v1, v2 = demo._register(registry)
+    registry.label(demo.TEAM, v2, "production", reason="demo: ship the rename")
+    again, _v2 = demo._register(registry)
+    assert registry.version_of(f"{demo.TEAM}@production") == again
+
+
 def test_demo_refuses_a_session_of_bob_by_an_id_only_alice_has_in_the_demo(tmp_path: Path) -> None:
     teamstore = _with_its_teams(tmp_path)
     assert teamstore("run", "--team", "support_triage", "--user", "bob", "--session", "case-104512", "hi").returncode == 0

@@ -121,7 +121,9 @@ def _definitions() -> dict[str, list[tuple[str, ComponentModel, Manifest]]]:
 
 def _register(registry: Registry) -> tuple[str, str]:
     (first, renamed), (long,) = _definitions().values()
-    v1 = registry.add(TEAM, first[1], first[2], first[0], label="production")
+    # A demo killed between shipping the rename and rolling it back left production on v2: its sessions are the
+    # demo's own (run_demo refused any other), so moving the label back over them is the rollback it owed.
+    v1 = registry.add(TEAM, first[1], first[2], first[0], label="production", allow_incompatible=True)
     v2 = registry.add(TEAM, renamed[1], renamed[2], renamed[0])
     registry.label(TEAM, v1, "production", reason="demo: production runs v1")
     registry.add(LONG, long[1], long[2], long[0], label="production")
