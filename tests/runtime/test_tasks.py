@@ -41,7 +41,7 @@ def test_what_autogen_takes_passes(task: object) -> None:
          "the task's messages are empty or only whitespace"),
         ([TextMessage(source="user", content="x" * 150)] * 2, "messages are"),
         # characters that show nothing: a byte order mark, zero-width and direction marks, a soft hyphen, fillers
-        ("\ufeff\u200b\u200e\u00ad\u2063 \u3164\u034f", "only whitespace or invisible characters"),
+        ("\ufeff\u200b\u200e\u00ad\u2063 \u3164\u034f\u2800\u17b4", "only whitespace or invisible characters"),
         (TextMessage(source="user", content="\ufeff"), "the task's message is empty or only whitespace"),
         ([TextMessage(source="user", content="\u200b\u200e")], "the task's message is empty"),
     ],

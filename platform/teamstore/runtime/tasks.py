@@ -87,9 +87,9 @@ def check_task(task: Any, max_bytes: int) -> None:
 
 
 # Characters that show nothing besides whitespace and the format characters (Unicode's Cf: byte order marks,
-# zero-width spaces and joiners, direction marks, the soft hyphen): the Hangul fillers and the combining grapheme
-# joiner.
-_FILLERS = frozenset("\u115f\u1160\u3164\uffa0\u034f")
+# zero-width spaces and joiners, direction marks, the soft hyphen): the Hangul fillers, the combining grapheme
+# joiner, Khmer's inherent vowels and the blank Braille pattern.
+_FILLERS = frozenset("\u115f\u1160\u3164\uffa0\u034f\u17b4\u17b5\u2800")
 
 
 def shows_nothing(text: str) -> bool:
