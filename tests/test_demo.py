@@ -129,14 +129,21 @@ def _commands(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]
     return teamstore
 
 
-def test_demo_refuses_stores_that_hold_other_teams_or_users(tmp_path: Path) -> None:
-    # Pointed at a service's real stores, it would move their production label and erase their user bob.
+def _someone_elses(tmp_path: Path, *teams: str) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """:func:`_commands` on a home where a person registered ``teams`` (the example support team, under their own
+    message) and ran a session of their own user bob."""
     teamstore = _commands(tmp_path)
-    for name in ("support_triage", "billing"):
-        assert teamstore("registry", "add", name, "--factory", "teamstore.examples:support_triage",
-                         "--persist", "researcher", "--message", "v1", "--label", "production").returncode == 0
+    for name in teams:
+        assert teamstore("registry", "add", name, "--factory", "teamstore.examples:support_triage", "--persist",
+                         "researcher", "--message", "first version", "--label", "production").returncode == 0
     assert teamstore("db", "upgrade").returncode == 0
     assert teamstore("run", "--team", "support_triage", "--user", "bob", "--session", "real-1", "hi").returncode == 0
+    return teamstore
+
+
+def test_demo_refuses_stores_that_hold_other_teams_or_users(tmp_path: Path) -> None:
+    # Pointed at a service's real stores, it would move their production label and erase their user bob.
+    teamstore = _someone_elses(tmp_path, "support_triage", "billing")
     assert teamstore("run", "--team", "support_triage", "--user", "carol", "--session", "c-1", "hi").returncode == 0
     labelled = teamstore("registry", "show", "support_triage@production", "--json").stdout
 
@@ -154,11 +161,7 @@ def test_demo_refuses_stores_that_hold_other_teams_or_users(tmp_path: Path) -> N
 def test_demo_refuses_a_home_where_its_team_and_users_are_someone_elses(tmp_path: Path) -> None:
     # The README's tour in the demo's home: the same team and user names, registered and run by a person. The
     # demo would move that team's label and erase that bob, sessions it never opened included.
-    teamstore = _commands(tmp_path)
-    assert teamstore("registry", "add", "support_triage", "--factory", "teamstore.examples:support_triage",
-                     "--persist", "researcher", "--message", "first version", "--label", "production").returncode == 0
-    assert teamstore("db", "upgrade").returncode == 0
-    assert teamstore("run", "--team", "support_triage", "--user", "bob", "--session", "real-1", "hi").returncode == 0
+    teamstore = _someone_elses(tmp_path, "support_triage")
     history = teamstore("registry", "history", "support_triage", "--json").stdout
 
     refused = teamstore("demo")

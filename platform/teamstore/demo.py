@@ -35,6 +35,7 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.text import Text
 from sqlalchemy import inspect, select
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from config_registry import Manifest, Registry
 from config_registry.errors import RegistryError, RegistryNotFound
@@ -230,8 +231,8 @@ def _stored_json(component: str | None, manifest: str | None) -> str | None:
 
 
 async def _others_users(settings: Settings) -> list[tuple[int, str]]:
-    """How many users the database holds besides the demo's own (alice, bob), and sessions of theirs the demo
-    did not open; none for no database yet."""
+    """How many users the database holds besides the demo's own (alice, bob), sessions of theirs the demo did
+    not open, and those of them with memory no session of the demo's accounts for; none for no database yet."""
     app = App(settings, must_exist=True)
     try:
         async with app.engine.connect() as conn:
@@ -241,16 +242,7 @@ async def _others_users(settings: Settings) -> list[tuple[int, str]]:
                 if table.name in present:
                     query = select(table.c.user_id).where(table.c.user_id.not_in(DEMO_USERS)).distinct().limit(100)
                     users.update((await conn.execute(query)).scalars())
-            theirs: set[tuple[str, str]] = set()
-            for table in (sessions_table, quarantine):
-                if table.name in present:
-                    query = select(table.c.user_id, table.c.session_id).where(table.c.user_id.in_(DEMO_USERS))
-                    theirs.update((str(u), str(s)) for u, s in await conn.execute(query.distinct()))
-            if subject_sessions.name in present:  # the ledger's sessions, which outlive the state's rows
-                query = (select(subjects.c.user_id, subject_sessions.c.session_id)
-                         .join(subject_sessions, subject_sessions.c.subject_key == subjects.c.subject_key)
-                         .where(subjects.c.user_id.in_(DEMO_USERS)))
-                theirs.update((str(u), str(s)) for u, s in await conn.execute(query.distinct()))
+            theirs = await _demo_users_sessions(conn, present)
             sessions = sum(1 for user, session in theirs if not DEMO_SESSIONS[user].fullmatch(session))
             # Memory outlives every record of the sessions it came from: kept of a user none of the demo's sessions
             # is recorded for, it is someone else's (a subject alone is not: a run makes it first, an erasure
@@ -267,6 +259,22 @@ async def _others_users(settings: Settings) -> list[tuple[int, str]]:
         return []  # no database file yet: nothing to refuse
     finally:
         await app.aclose()
+
+
+async def _demo_users_sessions(conn: AsyncConnection, present: set[str]) -> set[tuple[str, str]]:
+    """Every (user, session) recorded for alice and bob: their states, quarantined rows, and the ledger's
+    sessions, which outlive the state's rows."""
+    theirs: set[tuple[str, str]] = set()
+    for table in (sessions_table, quarantine):
+        if table.name in present:
+            query = select(table.c.user_id, table.c.session_id).where(table.c.user_id.in_(DEMO_USERS))
+            theirs.update((str(u), str(s)) for u, s in await conn.execute(query.distinct()))
+    if subject_sessions.name in present:
+        query = (select(subjects.c.user_id, subject_sessions.c.session_id)
+                 .join(subject_sessions, subject_sessions.c.subject_key == subjects.c.subject_key)
+                 .where(subjects.c.user_id.in_(DEMO_USERS)))
+        theirs.update((str(u), str(s)) for u, s in await conn.execute(query.distinct()))
+    return theirs
 
 
 def run_demo() -> None:
