@@ -2,9 +2,10 @@
 ``--secret-id``), so that :mod:`config_registry.credentials` stores it as a reference rather than refusing it as
 the secret.
 
-    from config_registry.stores import names_secrets_id, names_stored_secret
+    from config_registry.stores import names_secrets_id, names_store_reference, names_stored_secret
 
     names_secrets_id("DB_SECRET_ARN")          # True
+    names_store_reference("op://dev/openai/credential")  # True: 1Password's reference, under any name
     names_stored_secret("prod/crm-db")         # True: a path of words as people name a secret
     names_stored_secret("hunter2SECRET9f8e")   # False: a single word may be the secret itself
 
@@ -76,14 +77,26 @@ def names_stored_secret(value: str) -> bool:
     not (AWS ends it with six random characters, and one AWS makes starts "rds!"). A single word is not one: HashiCorp Vault's
     AppRole ``secret_id`` is a credential (a UUID, or any string given), and a password may read as a word or a
     name (``letmein``, ``correct-horse-battery``)."""
-    for pattern in _SECRET_STORE_NAMES:
-        reference = pattern.fullmatch(value)
-        if reference is not None:
-            return not any(part and _holds_secret_value(part) and not _an_id(kind, part)
-                           for kind, part in reference.groupdict().items())
+    if _store_reference(value) is not None:
+        return names_store_reference(value)
     segments = value.split("/")
     return (len(segments) > 1 and _SECRET_PATH.fullmatch(value) is not None and known_shape(value) is None
             and all(map(_names_segment, segments)))
+
+
+def names_store_reference(value: str) -> bool:
+    """Whether ``value`` is a secret store's reference to a secret (an AWS Secrets Manager ARN, a Google Secret
+    Manager resource name, an Azure Key Vault secret's URI, a 1Password ``op://`` reference) whose parts a person
+    names read as names (:func:`_holds_secret_value`): what 1Password's ``op run`` and ECS's ``valueFrom`` replace
+    with the secret, so no secret under any name (``OPENAI_API_KEY=op://dev/openai/credential``)."""
+    reference = _store_reference(value)
+    return reference is not None and not any(part and _holds_secret_value(part) and not _an_id(kind, part)
+                                             for kind, part in reference.groupdict().items())
+
+
+def _store_reference(value: str) -> re.Match[str] | None:
+    """The match of the secret store's reference ``value`` is whole (:data:`_SECRET_STORE_NAMES`), if any."""
+    return next(filter(None, (pattern.fullmatch(value) for pattern in _SECRET_STORE_NAMES)), None)
 
 
 def _an_id(kind: str, part: str) -> bool:
