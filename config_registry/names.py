@@ -17,11 +17,11 @@ import re
 # A config key, HTTP header, environment variable or connection-string part names a credential when, case
 # and separators ignored, one of these is anywhere in it ("clientsecret", "DBPASSWORD", "webhook_secret_b64") ...
 _CREDENTIAL_TEXT = ("secret", "password", "passwd", "passphrase", "credential")
-# ... or its last word is one of these ("api_key", "X-Auth-Token", "Cookie", "X-Hub-Signature-256", "DB_PWD"),
-# unless "key" follows an identifier's word or "token" a count's (below) ...
+# ... or its last word is one of these ("api_key", "X-Auth-Token", "Cookie", "X-Hub-Signature-256", "DB_PWD", a
+# password hash's "PEPPER"), unless "key" follows an identifier's word or "token" a count's (below) ...
 _CREDENTIAL_LAST = frozenset({
     "key", "keys", "apikey", "apikeys", "token", "tokens", "pwd", "auth", "authorization", "bearer", "cookie",
-    "cookies", "signature", "session",
+    "cookies", "signature", "session", "pepper",
 })
 # ... or its last word is "pass" after another word ("DB_PASS", rclone's "RCLONE_CONFIG_PASS", RabbitMQ's
 # "RABBITMQ_DEFAULT_PASS"), unless that word is a count's or an order's ("first_pass", "num_pass"); alone it
@@ -95,12 +95,18 @@ _KEY_OR_TOKEN_WORDS = ("key", "keys", "token", "tokens")
 # SECRET_KEY, Laravel's APP_KEY, a private, master, shared or SSH key ...
 _OWN_SECRETS_WORDS = ("secret", "secrets", "private", "master", "shared", "ssh", "django", "flask", "rails", "app")
 # ... or when one of these words, whole (plural too), comes anywhere before it with no model service's name after it:
-# what an application signs its tokens, keeps its sessions or encrypts its data with ("FERNET_KEY", "AES_KEY",
-# "JWT_API_ACCESS_KEY", "SESSION_AUTH_TOKEN"; "DESIGNING_API_KEY" is no signer's, "SESSION_OPENAI_API_KEY" is a
-# model service's). A JWT's token is a service's token written as a JWT ("JWT_ACCESS_TOKEN").
-_SIGNERS = frozenset({
-    "jwt", "hmac", "session", "cookie", "csrf", "xsrf", "signing", "refresh", "encryption", "fernet", "aes",
+# what an application issues and signs (its sessions, cookies, JWTs, CSRF and refresh tokens), any key after which
+# is what it signs them with ("JWT_API_ACCESS_KEY", "SESSION_AUTH_TOKEN"; "DESIGNING_API_KEY" is no signer's,
+# "SESSION_OPENAI_API_KEY" is a model service's) ...
+_ISSUED = frozenset({"jwt", "session", "cookie", "csrf", "xsrf", "refresh"})
+# ... or what it signs, encrypts or hashes with ("FERNET_KEY", "AES_KEY", "CIPHER_KEY", "SALT_KEY", "SIGNATURE_KEY"),
+# unless an API's key follows: "ENCRYPTION_API_KEY" is an encryption service's key, as any API's is. A JWT's token is
+# a service's token written as a JWT ("JWT_TOKEN", "JWT_ACCESS_TOKEN").
+_CIPHERS = frozenset({
+    "hmac", "signing", "signature", "encryption", "encrypt", "decryption", "decrypt", "crypto", "cipher", "fernet",
+    "aes", "salt", "pepper",
 })
+_SIGNERS = _ISSUED | _CIPHERS
 # A key's or a token's word saying whose service it is, which leaves the words before it to say whose key it is.
 _SERVICE_KEY_WORDS = ("api", "access", "auth", "subscription")
 # A secret key after a model service's or a local model server's name (joined, since one may be split into words:
@@ -188,8 +194,8 @@ def holds_secret_command(name: str) -> bool:
 
 def names_key_or_token(name: str) -> bool:
     """Whether a name says it holds a key or a token a local model server's dummy key may stand in for
-    (``api_key``, ``OPENAI_API_KEY``, ``azure_ad_token``, ``VLLM_SERVER_KEY``, ``XAPIKEY``, ``OPENAI_SECRET_KEY``),
-    rather than a password, a secret or an application's own key or token (``SECRET_KEY``, ``FERNET_KEY``,
+    (``api_key``, ``OPENAI_API_KEY``, ``azure_ad_token``, ``VLLM_SERVER_KEY``, ``XAPIKEY``, ``OPENAI_SECRET_KEY``,
+    ``ENCRYPTION_API_KEY``, ``JWT_TOKEN``), rather than a password, a secret or an application's own key or token (``SECRET_KEY``, ``FERNET_KEY``,
     ``JWT_ACCESS_KEY``, ``SESSION_AUTH_TOKEN``: :data:`_OWN_SECRETS_WORDS`, :data:`_SIGNERS`), where a
     dummy-looking value is still the slot a real secret goes in."""
     words = name_words(name)
@@ -201,19 +207,19 @@ def names_key_or_token(name: str) -> bool:
     if not what:
         return True
     token = not words[-1].endswith(("key", "keys"))
-    return not (_names_own_secret(what, glued=bool(compound)) or _signed_with(what, token=token))
+    return not (_names_own_secret(what, glued=bool(compound), token=token) or _signed_with(what, token=token))
 
 
-def _names_own_secret(what: list[str], *, glued: bool) -> bool:
+def _names_own_secret(what: list[str], *, glued: bool, token: bool) -> bool:
     """Whether the word that says what a key or token is (the last of ``what``, ``glued`` to it: ``SECRETKEY``)
-    says it is an application's own (:data:`_OWN_SECRETS_WORDS`, a signer's too: ``--jwtsigning-key``): a secret
-    key but a model service's (``OPENAI_SECRET_KEY``)."""
+    says it is an application's own (:data:`_OWN_SECRETS_WORDS`, a signer's too: ``--jwtsigning-key``; a JWT's
+    ``token`` is no signer's): a secret key but a model service's (``OPENAI_SECRET_KEY``)."""
     qualifier = what[-1]
     if qualifier.endswith(_SERVICE_KEY_WORDS) or _names_model_service(what):
         return False
     if qualifier.endswith(("secret", "secrets")):
         return not _names_model_service([*what[:-1], qualifier.removesuffix("s").removesuffix("secret")])
-    own = (*_OWN_SECRETS_WORDS, *_SIGNERS)
+    own = (*_OWN_SECRETS_WORDS, *(_SIGNERS - {"jwt"} if token else _SIGNERS))
     return qualifier.endswith(own) or (glued and qualifier.startswith(own))
 
 
@@ -226,11 +232,14 @@ def _names_model_service(words: list[str]) -> bool:
 def _signed_with(what: list[str], *, token: bool) -> bool:
     """Whether the words before a key or a token say an application signs its tokens, keeps its sessions or encrypts
     with it (:data:`_SIGNERS`): a signer's word, whole (plural too, a service's word glued after it: ``JWTACCESS``),
-    with no model service's name after it."""
+    with no model service's name after it, nor an API's word after a cipher's (:data:`_CIPHERS`)."""
+    api_after = False
     for at in range(len(what) - 1, -1, -1):
-        word = next((what[at].removesuffix(w) for w in _SERVICE_KEY_WORDS if what[at].endswith(w)), what[at])
+        service = next((w for w in _SERVICE_KEY_WORDS if what[at].endswith(w)), "")
+        api_after = api_after or service == "api"
+        word = what[at].removesuffix(service)
         word = word if word in _SIGNERS else word.removesuffix("s")  # "COOKIES_API_KEY"
-        if word in _SIGNERS and not (token and word == "jwt"):
+        if word in _SIGNERS and not (token and word == "jwt") and not (api_after and word in _CIPHERS):
             return True
         if _names_model_service([*what[:at], word]):
             return False

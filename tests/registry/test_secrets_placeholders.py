@@ -201,6 +201,25 @@ def test_a_dummy_under_a_header_or_a_flag_for_a_token_is_stored() -> None:
     assert apply_references(component, {}) == component
 
 
+@pytest.mark.parametrize("name", ["JWT_TOKEN", "ENCRYPTION_API_KEY", "ENCRYPTIONAPIKEY", "HMAC_API_KEY",
+                                  "SIGNING_SERVICE_API_KEY"])
+def test_a_dummy_under_an_api_key_or_a_jwts_token_is_stored(name: str) -> None:
+    """Reviewed: a token written as a JWT and an encryption service's API key were read as an application's own
+    signing or encryption key, so a local server's dummy there was refused as a weak real key."""
+    component = _component(env={name: "EMPTY"}, fields={name.lower(): "EMPTY"}, source=f'{name} = "EMPTY"\n')
+    assert apply_references(component, {}) == component
+
+
+@pytest.mark.parametrize("name", ["CIPHER_KEY", "SALT_KEY", "SIGNATURE_KEY", "PEPPER", "PEPPER_KEY", "CRYPTO_KEY",
+                                  "ENCRYPT_KEY", "DECRYPTION_KEY", "SIGNING_SECRET", "JWT_SECRET", "HMAC_KEY",
+                                  "ENCRYPTION_KEY", "SECRET_KEY", "ENCRYPTION_PROD_KEY"])
+def test_a_dummy_under_an_applications_own_cipher_salt_or_signing_key_is_refused(name: str) -> None:
+    """Reviewed: a cipher's, a salt's or a signature's key and a password hash's pepper took a dummy, which is a
+    weak real key there, as it is under SECRET_KEY."""
+    for dummy in ("EMPTY", "x", "placeholder"):
+        assert _refused(_component(env={name: dummy})).field == f"config.{SERVER}.env.{name}"
+
+
 @pytest.mark.parametrize("name", ["GITHUB_TOKEN", "WEBHOOK_TOKEN", "LOCAL_KEY", "AZURE_OPENAI_AD_TOKEN"])
 def test_a_real_looking_value_under_a_name_that_takes_a_dummy_is_still_refused(name: str) -> None:
     assert _refused(_component(env={name: "q7Rz9LmX2vPkAbC"})).field == f"config.{SERVER}.env.{name}"
