@@ -43,7 +43,10 @@ _ONE_PASSWORD_ID = re.compile(r"[a-z0-9]{26}")
 # A password written with digits for letters reads as a name to the randomness test ("P4ss", "s3cr3t"): its words
 # read back with the letters, where the part as written has none of them ("db-password-2024" has its word already).
 _LEET = str.maketrans("430157", "aeoist")
-_UUID_SHAPED = re.compile(r"[A-Za-z0-9]{8}-[A-Za-z0-9]{4}-[A-Za-z0-9]{4}-[A-Za-z0-9]{4}-[A-Za-z0-9]{12}")
+# A version's id in a UUID's shape: dashed, or its 32 hex digits alone as a program writes uuid4().hex (in one case:
+# a random key's mixed case is no hex a program prints).
+_UUID_SHAPED = re.compile(r"[A-Za-z0-9]{8}-[A-Za-z0-9]{4}-[A-Za-z0-9]{4}-[A-Za-z0-9]{4}-[A-Za-z0-9]{12}|"
+                          r"[0-9a-f]{32}|[0-9A-F]{32}")
 # A lower-case word ending in a number of four digits at most, as people number a server or a replica
 # ("sqlserver1", "postgres01"), which the randomness test takes by its letters alone. Not a capitalised word: the
 # commonest password's shape ("Password123", "Summer2024"); nor a long one ("xkmqplvnrtbwzyhgcdfjsa1234").
@@ -101,7 +104,8 @@ def _store_reference(value: str) -> re.Match[str] | None:
 
 def _an_id(kind: str, part: str) -> bool:
     """Whether a reference's part is an id its store makes: a 1Password field's, or a version's after an ARN in the
-    UUID's shape AWS's tools give it (another ClientRequestToken is judged as any part is)."""
+    UUID's shape AWS's tools give it, with or without its dashes (another ClientRequestToken is judged as any part
+    is)."""
     return (kind == "field" and _ONE_PASSWORD_ID.fullmatch(part) is not None) or (
         kind == "version" and _UUID_SHAPED.fullmatch(part) is not None)
 

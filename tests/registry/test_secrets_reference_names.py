@@ -504,3 +504,23 @@ def test_a_secret_in_a_stores_reference_under_a_secrets_name_is_still_refused(va
     for env, fields in (({"OPENAI_API_KEY": value}, None), (None, {"db_password": value})):
         refused = _refused(_component(env=env, fields=fields))
         assert value not in f"{refused.message} {refused.hint}"
+
+
+@pytest.mark.parametrize("version", ["6a1f0c2e93b44b7a8f0e2d1c9e8b7a65", "6A1F0C2E93B44B7A8F0E2D1C9E8B7A65"])
+def test_a_version_id_after_an_arn_written_as_a_uuids_hex_digits_is_stored(version: str) -> None:
+    """Reviewed: a ClientRequestToken made with uuid4().hex (the UUID without its dashes) was refused as a random
+    word, where the dashed UUID was taken."""
+    value = f"{_ARN}:password::{version}"
+    component = _component(env={"DB_SECRET_ARN": value, "OPENAI_API_KEY": value}, args=["--secret-id", value],
+                           fields={"secret_arn": value})
+    assert apply_references(component, {}) == component
+
+
+@pytest.mark.parametrize("version", [
+    "6a1f0c2e93b44b7a8f0e2d1c9e8b7a6", "6a1f0c2e93b44b7a8f0e2d1c9e8b7a65f", "6a1F0c2e93b44b7a8f0e2d1c9e8b7a65",
+    "6a1f0c2e93b44b7a8f0e2d1c9e8b7a6g", "q7Rz9LmX2vPkAbCdEfGh3JkL5MnP8QrS",
+])
+def test_a_random_word_where_a_version_id_goes_is_still_refused_though_it_is_nearly_a_uuids_hex(version: str) -> None:
+    for env in ({"DB_SECRET_ARN": f"{_ARN}:password::{version}"}, {"OPENAI_API_KEY": f"{_ARN}:password::{version}"}):
+        refused = _refused(_component(env=env))
+        assert version not in f"{refused.message} {refused.hint}"
