@@ -490,6 +490,21 @@ def test_a_message_on_stdin_that_is_not_utf8_is_refused(registry: Registry) -> N
     assert out.exit_code == 1 and "error: the task read is not UTF-8" in " ".join(out.output.split())
 
 
+@pytest.mark.parametrize(("given", "says"), [
+    ("My line drops\r\n".encode("utf-16-le"), "the task read looks like UTF-16 (LE), not UTF-8: every other byte is NUL"),
+    ("My line drops\r\n".encode("utf-16"), "the task read is UTF-16 (it starts with a UTF-16 byte order mark), not UTF-8"),
+    (b"ticket\x0055102", "the task contains NUL (U+0000) at character 6"),
+])
+def test_a_message_on_stdin_in_utf16_or_holding_nul_is_refused_before_anything_is_opened(
+    registry: Registry, given: bytes, says: str
+) -> None:
+    out = runner.invoke(app, ["run", "--team", "support_triage", "--user", "alice", "--session", "s1", "-"],
+                        input=given)
+    said = " ".join(out.output.split())
+    assert out.exit_code == 1 and f"error: {says}" in said and "iconv -f UTF-16" in said, said
+    assert not (Settings().home / "teamstore.db").exists()
+
+
 def test_an_empty_message_after_abandon_is_refused_and_the_interrupted_run_can_still_be_continued(
     registry: Registry, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1119,7 +1119,8 @@ async def test_a_sessions_team_read_before_it_was_built_is_a_typed_error(platfor
     assert s.team_version == version  # after its block, what it ran stays readable
 
 
-@pytest.mark.parametrize("task", ["x" * 300, "bad \udcff byte", b"bytes", "", "  \n"])
+@pytest.mark.parametrize("task", ["x" * 300, "bad \udcff byte", b"bytes", "", "  \n", "ticket\x0055102",
+                                  TextMessage(source="user", content="ticket\x0055102")])  # NUL: no text column holds it
 async def test_a_refused_task_runs_nothing_and_the_session_goes_on(platform: Platform, task: object) -> None:
     await talk(platform, "alice", "s1", "My router ZX-81 drops every evening")
     before = await stored_state(platform, "alice", "s1")

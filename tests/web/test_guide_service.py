@@ -160,6 +160,8 @@ async def test_bad_input_is_a_422_naming_the_error_and_the_session_is_as_it_was(
     async with httpx.AsyncClient(timeout=30) as client:
         blank = await client.post(f"{session_url(server)}/messages", json={"text": "  "})
         assert (blank.status_code, blank.json()["error"]) == (422, "InvalidTask")
+        nul = await client.post(f"{session_url(server)}/messages", json={"text": "ticket\u000055102"})
+        assert (nul.status_code, nul.json()["error"]) == (422, "InvalidTask")  # no Postgres text column holds NUL
         spaced = await client.post(f"{session_url(server, user=' alice')}/messages", json={"text": TEXT})
         assert (spaced.status_code, spaced.json()["error"]) == (422, "InvalidIdentifier")
         assert "hint" not in spaced.json()  # the fix is for whoever runs the service: logs, not the response

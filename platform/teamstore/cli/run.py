@@ -80,12 +80,12 @@ def run(
 
 def _message(text: str) -> str:
     """The message given, or for ``-`` the one on stdin: an argument is on view to every user of the host
-    (``ps``, ``/proc/*/cmdline``) and kept in the shell's history. Either is refused if blank; stdin is read
-    no further than the task limit the runtime enforces."""
-    from teamstore.runtime.tasks import check_not_blank, read_task
+    (``ps``, ``/proc/*/cmdline``) and kept in the shell's history. Either is refused if blank or holding NUL or
+    a lone surrogate; stdin is read no further than the task limit the runtime enforces."""
+    from teamstore.runtime.tasks import check_text, read_task
 
     if text != "-":
-        check_not_blank(text)
+        check_text(text)
         return text
     if sys.stdin is None:  # started with its stdin closed (`<&-`, a service manager's): Python then has none
         raise InvalidTask("the message is read from stdin (-), but the command was started with no stdin",

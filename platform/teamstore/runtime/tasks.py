@@ -13,13 +13,15 @@ A task is what AutoGen's ``run()`` takes: text, one AgentChat message, a list of
 tuple say, is handed to the team as a list: :func:`as_run_takes`), or ``None`` to continue without a new one. Text must say something (empty or only whitespace, what an unset shell
 variable gives, would spend the team's model calls on no request; so would messages that are all text
 messages of no text), be valid Unicode (a lone surrogate, what
-a shell makes of undecodable bytes, cannot be saved, uploaded or sent to a model) and be at most
-``max_bytes`` in UTF-8; a message is measured as its JSON (images included).
+a shell makes of undecodable bytes, cannot be saved, uploaded or sent to a model), hold no NUL (U+0000, which
+no Postgres text column holds, and what UTF-16 read as UTF-8 is full of) and be at most ``max_bytes`` in UTF-8;
+a message is measured as its JSON (images included).
 """
 
 from __future__ import annotations
 
 import codecs
+import json
 import unicodedata
 from collections.abc import Sequence
 from typing import Any, BinaryIO
@@ -30,6 +32,12 @@ from pydantic_core import PydanticSerializationError
 from teamstore.errors import InvalidTask
 from teamstore.ids import lone_surrogate
 
+_NUL_HINT = ("remove the NUL characters (text read from a binary file, or from UTF-16 decoded as UTF-8, holds "
+             "them; convert UTF-16 with `iconv -f UTF-16LE -t UTF-8`)")
+# The byte order marks of the encodings a Windows tool may write instead of UTF-8 (Notepad's "Unicode",
+# PowerShell 5's `>`), UTF-32's first: UTF-32LE's begins with UTF-16LE's.
+_OTHER_BOMS = ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"),
+               (codecs.BOM_UTF16_LE, "UTF-16"), (codecs.BOM_UTF16_BE, "UTF-16"))
 _TOO_LARGE_HINT = "send a shorter task (a summary, or a link to the document), or raise TEAMSTORE_TASK_MAX_BYTES"
 
 
@@ -46,18 +54,12 @@ def check_task(task: Any, max_bytes: int) -> None:
 
     Raises:
         InvalidTask: Not text, a message or a list of messages; text empty or only whitespace (or every
-            message a text message that is), or holding a lone surrogate; over ``max_bytes``.
+            message a text message that is), or holding a lone surrogate or NUL; over ``max_bytes``.
     """
     if task is None:
         return
     if isinstance(task, str):
-        check_not_blank(task)
-        surrogate = lone_surrogate(task)
-        if surrogate is not None:
-            raise InvalidTask(
-                f"the task contains the lone surrogate U+{ord(surrogate):04X}, which is not text",
-                hint="pass the task as valid Unicode (check how the client decodes it)",
-            )
+        check_text(task)
         size = len(task.encode())
         if size > max_bytes:
             raise InvalidTask(f"the task is {size:,} bytes; the limit is {max_bytes:,}", hint=_TOO_LARGE_HINT)
@@ -77,10 +79,14 @@ def check_task(task: Any, max_bytes: int) -> None:
     size = 0
     for i, message in enumerate(messages):
         try:
-            size += len(message.model_dump_json().encode())
+            dumped = message.model_dump_json()
         except PydanticSerializationError:
             raise InvalidTask(f"task message {i} ({type(message).__name__}) holds a value that is not JSON "
                               "text (a lone surrogate, say)", hint="pass message text as valid Unicode") from None
+        if _holds_nul(json.loads(dumped)):
+            raise InvalidTask(f"task message {i} ({type(message).__name__}) holds NUL (U+0000), which no "
+                              "database stores as text", hint=_NUL_HINT)
+        size += len(dumped.encode())
     if size > max_bytes:
         raise InvalidTask(f"the task's messages are {size:,} bytes as JSON; the limit is {max_bytes:,}",
                           hint=_TOO_LARGE_HINT)
@@ -96,6 +102,30 @@ def shows_nothing(text: str) -> bool:
     """Whether ``text`` is empty, or only whitespace and characters that show nothing (a byte order mark left after
     another was stripped, a zero-width space, a direction mark): it asks nothing of a model."""
     return all(ch.isspace() or ch in _FILLERS or unicodedata.category(ch) == "Cf" for ch in text)
+
+
+def check_text(text: str) -> None:
+    """Refuse text a run cannot take or a store cannot keep, whatever its size.
+
+    Raises:
+        InvalidTask: ``text`` is empty or only whitespace and characters that show nothing, or holds a lone
+            surrogate or NUL (U+0000).
+    """
+    check_not_blank(text)
+    surrogate = lone_surrogate(text)
+    if surrogate is not None:
+        raise InvalidTask(
+            f"the task contains the lone surrogate U+{ord(surrogate):04X}, which is not text",
+            hint="pass the task as valid Unicode (check how the client decodes it)",
+        )
+    if "\x00" in text:
+        order = _utf16_order([ch == "\x00" for ch in text])
+        if order is not None:
+            raise InvalidTask(f"the task looks like UTF-16 ({order}) read as UTF-8: every other character is NUL",
+                              hint=_utf16_hint(order))
+        at = text.index("\x00")
+        raise InvalidTask(f"the task contains NUL (U+0000) at character {at:,}, which no database stores as text",
+                          hint=_NUL_HINT)
 
 
 def check_not_blank(text: str) -> None:
@@ -122,11 +152,16 @@ def read_task(stream: BinaryIO, max_bytes: int) -> str:
     not part of the task, nor is a leading UTF-8 byte order mark (Notepad's, PowerShell's), which would
     otherwise reach the model as an invisible character.
 
+    UTF-16 and UTF-32 are refused, with or without a byte order mark, naming the ``iconv`` that converts
+    them: without a mark UTF-16 would decode as UTF-8 full of NULs, so it cannot be told from UTF-8 with
+    certainty; one rule for both keeps the limit and a bad byte's place in the bytes the stream holds.
+
     Raises:
         InvalidTask: The stream holds more than ``max_bytes`` (its byte order mark and final newline aside),
-            is not UTF-8, or is empty or only whitespace.
+            is not UTF-8 (UTF-16 or UTF-32 said so), holds NUL, or is empty or only whitespace.
     """
     data = stream.read(len(codecs.BOM_UTF8) + max_bytes + len(b"\r\n") + 1)
+    _refuse_utf16(data)
     marked = data.startswith(codecs.BOM_UTF8)
     data = data.removeprefix(codecs.BOM_UTF8)
     data = data[:-2] if data.endswith(b"\r\n") else data.removesuffix(b"\n")
@@ -138,8 +173,45 @@ def read_task(stream: BinaryIO, max_bytes: int) -> str:
         at = exc.start + (len(codecs.BOM_UTF8) if marked else 0)  # as the stream holds it
         raise InvalidTask(f"the task read is not UTF-8 (byte {at:,} is not)",
                           hint="send the message as UTF-8 text") from None
-    check_not_blank(text)
+    check_text(text)
     return text
+
+
+def _refuse_utf16(data: bytes) -> None:
+    """Refuse bytes that are UTF-16 or UTF-32: a byte order mark of either, or every other byte NUL."""
+    named = next((name for bom, name in _OTHER_BOMS if data.startswith(bom)), None)
+    if named is not None:
+        raise InvalidTask(f"the task read is {named} (it starts with a {named} byte order mark), not UTF-8",
+                          hint=f"convert it to UTF-8 before it is sent (`iconv -f {named} -t UTF-8 message.txt`)")
+    order = _utf16_order([byte == 0 for byte in data]) if b"\x00" in data else None
+    if order is not None:
+        raise InvalidTask(f"the task read looks like UTF-16 ({order}), not UTF-8: every other byte is NUL",
+                          hint=_utf16_hint(order))
+
+
+def _utf16_order(nul: list[bool]) -> str | None:
+    """``"LE"`` or ``"BE"`` when ``nul`` (whether each byte, or character, is NUL) looks like UTF-16 text of
+    mostly Latin letters: NULs in at least half the odd places (little-endian) or the even ones (big-endian),
+    and few in the others. Not all and none: a character past U+00FF (a dash, a curly quote) has no NUL high
+    byte, and a few (U+0100, U+4E00) have a NUL low byte."""
+    odd, even = nul[1::2], nul[0::2]
+    for order, places, others in (("LE", odd, even), ("BE", even, odd)):
+        if sum(places) >= 2 and sum(places) * 2 >= len(places) and sum(others) * 4 < sum(places):
+            return order
+    return None
+
+
+def _utf16_hint(order: str) -> str:
+    return f"convert it to UTF-8 before it is sent (`iconv -f UTF-16{order} -t UTF-8 message.txt`)"
+
+
+def _holds_nul(value: Any) -> bool:
+    """Whether a JSON value holds NUL in any string, a key included."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(key) or _holds_nul(item) for key, item in value.items())
+    return isinstance(value, list) and any(_holds_nul(item) for item in value)
 
 
 def _describe(task: Any) -> str:
