@@ -284,6 +284,29 @@ async def test_a_user_whose_id_is_total_reads_apart_from_the_total_line_in_every
 
 
 
+async def test_a_group_named_with_an_apostrophe_reads_apart_from_one_the_csv_guards_in_any_column(
+    ledger_env: AsyncEngine,
+) -> None:
+    # The CSV writes =x as '=x, so a spreadsheet does not run it: an agent (a team, a model) literally named '=x
+    # gets one ' more, in the second column as in the first, or the two read alike.
+    from tests.analytics.seed import seed_ledger
+
+    await seed_ledger(ledger_env, [("r6", "'=u", "s1", "'=t", "v1", "2026-11-10", "completed",
+                                    [("=x", "m-big", 1000, 0, 1), ("'=x", "m-big", 2000, 0, 1)]),
+                                   ("r7", "=u", "s2", "=t", "v1", "2026-11-10", "completed",
+                                    [("=x", "m-big", 4000, 0, 1)])])
+    status, out, _ = await asyncio.to_thread(_cost, "--by", "team,agent", "--format", "csv")
+    rows = {(r["team"], r["agent"]): r["input_tokens"] for r in csv.DictReader(io.StringIO(out))}
+    assert status == 0 and {k: v for k, v in rows.items() if "=" in k[0]} == {
+        ("''=t", "'=x"): "1000", ("''=t", "''=x"): "2000", ("'=t", "'=x"): "4000"}
+    status, out, _ = await asyncio.to_thread(_cost, "--by", "model,user", "--format", "csv")
+    users = {r["user"]: r["input_tokens"] for r in csv.DictReader(io.StringIO(out)) if "=" in r["user"]}
+    assert users == {"''=u": "3000", "'=u": "4000"}  # a user's id is marked once, as user_label does it
+    status, out, _ = await asyncio.to_thread(_cost, "--by", "team,agent", "--format", "json")
+    assert {(r["team"], r["agent"]) for r in json.loads(out)["rows"] if "=" in r["team"]} == {
+        ("'=t", "=x"), ("'=t", "'=x"), ("=t", "=x")}  # JSON gives the names as they are
+
+
 @pytest.mark.parametrize("by", ["day", "day,team"])
 def test_a_table_a_little_wider_than_the_terminal_shows_each_day_whole(ledger_env: AsyncEngine, by: str) -> None:
     # Two columns short of the table's own width: the text columns are narrowed to fit, never the day's.

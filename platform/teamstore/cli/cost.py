@@ -70,12 +70,12 @@ def _group_values(report: CostReport, row: CostRow) -> list[str]:
     """A group's columns as the table and the CSV write them: a first column that would read as the total
     line's (a user whose id is ``total``) gets a leading ``'``, as a live user named ``erased`` does. A user
     starting with ``'`` already has one more (:func:`~teamstore.analytics.names.user_label`); any other
-    first column gets one more here, so no two groups read alike. JSON needs none: its total is a key apart."""
+    column starting with ``'`` (an agent named ``'=x``) gets one more here, in every column: the CSV writes
+    ``=x`` as ``'=x`` (:func:`_cell`), so no two groups read alike. JSON needs none: its values are as given."""
     values = [row.group.get(f, "") for f in report.fields]
-    first = values[0] if values else None
-    if first == TOTAL or (first is not None and first.startswith("'") and report.fields[0] != "user"):
-        values[0] = f"'{first}"
-    return values
+    if values and values[0] == TOTAL:
+        values[0] = f"'{TOTAL}"
+    return [f"'{v}" if v.startswith("'") and f != "user" else v for f, v in zip(report.fields, values, strict=True)]
 
 
 def _table_cells(report: CostReport, row: CostRow, total: bool) -> list[str]:
