@@ -30,9 +30,9 @@ from teamstore.offline import OfflineChatCompletionClient, OfflineChatCompletion
 
 TEAM = "helpdesk"
 WriterMode = Literal["offline", "raise", "prose", "bad_type", "over_budget", "undeclared", "surrogate_summary",
-                     "surrogate_fact", "gated"]
+                     "surrogate_fact", "nul_summary", "nul_fact", "gated"]
 WRITER_MODES: tuple[WriterMode, ...] = ("raise", "prose", "bad_type", "over_budget", "undeclared", "surrogate_summary",
-                                        "surrogate_fact")
+                                        "surrogate_fact", "nul_summary", "nul_fact")
 FACTS = {"ticket_id": "str", "router_model": "str", "visits": "int"}
 BUDGET = 60
 SECRET_WORDS = "the customer's words must stay out of every log"
@@ -109,6 +109,10 @@ def _bad_answer(mode: str, request: dict[str, Any]) -> str:
         summary += " \ud800"
     elif mode == "surrogate_fact":
         facts = {"ticket_id": "T-\ud800"}
+    elif mode == "nul_summary":  # JSON may escape NUL too, which no Postgres text column holds
+        summary += " \x00"
+    elif mode == "nul_fact":
+        facts = {"ticket_id": "T-\x00"}
     return json.dumps({"summary": summary, "facts": facts})
 
 

@@ -300,14 +300,14 @@ def parse_update(text: object, declaration: MemoryDeclaration) -> MemoryUpdate:
 
     Raises:
         MemoryWriteRefused: Not a JSON object of that shape (prose, say); an undeclared fact; a fact that
-            fails its type; a summary over its budget. The message quotes none of the reply.
+            fails its type; a summary over its budget or holding a lone surrogate or NUL. The message quotes none of the reply.
     """
     data = _json_object(text)
     summary, found = data.get("summary"), data.get("facts", {})
     if not isinstance(summary, str) or not isinstance(found, dict):
         raise _refused("did not return a 'summary' text and a 'facts' object")
-    if not unicode(summary):
-        raise _refused("returned a summary that is not Unicode text (a lone surrogate escape)")
+    if not unicode(summary) or "\x00" in summary:  # NUL: a Postgres text column (memory kept unsealed) holds none
+        raise _refused("returned a summary that is not Unicode text a store keeps (a lone surrogate or NUL escape)")
     budget = declaration.summary_tokens
     if (size := estimate_tokens(summary.strip())) > budget:
         raise _refused(f"returned a summary of about {size} tokens, over its budget of {budget}")
