@@ -40,7 +40,7 @@ MODEL_SECONDS = "1.5"
 """How long each model call of the checkpointed team takes: long enough to kill its worker after turn 1."""
 
 
-SHELL = ("source", "export")
+SHELL = ("source", "export", "cd")
 """The words a line of the tour's shell (not a ``teamstore`` command) may start with."""
 
 
@@ -69,16 +69,17 @@ def tour() -> list[tuple[list[str], str | None]]:
     return commands
 
 
-def shell(tmp: Path) -> dict[str, str]:
-    """What the tour's shell lines before its first command leave in the environment, run by bash (``mktemp``
-    making its folders in ``tmp``): the variables they export, by name."""
+def shell(tmp: Path, start: Path) -> tuple[dict[str, str], Path]:
+    """What the tour's shell lines before its first command leave, run by bash from ``start`` (``mktemp``
+    making its folders in ``tmp``): the variables they export, by name, and the folder they move to."""
     head = list(itertools.takewhile(lambda line: line.split()[0] in SHELL, lines()))
-    exports = [line for line in head if line.startswith("export ")]  # `source`, the virtualenv: this process's
-    exported = [line.split()[1].split("=", 1)[0] for line in exports]
-    script = "\n".join([*exports, *(f'printf "%s\\0" "${name}"' for name in exported)])
-    done = subprocess.run(["bash", "-c", script], env={**os.environ, "TMPDIR": str(tmp)}, capture_output=True,
-                          text=True, check=True)
-    return dict(zip(exported, done.stdout.split("\0")[:-1], strict=True))
+    run = [line for line in head if not line.startswith("source ")]  # the virtualenv: this process's
+    exported = [line.split()[1].split("=", 1)[0] for line in run if line.startswith("export ")]
+    script = "\n".join([*run, *(f'printf "%s\\0" "${name}"' for name in [*exported, "PWD"])])
+    done = subprocess.run(["bash", "-e", "-c", script], cwd=start, env={**os.environ, "TMPDIR": str(tmp)},
+                          capture_output=True, text=True, check=True)
+    *values, moved_to = done.stdout.split("\0")[:-1]
+    return dict(zip(exported, values, strict=True)), Path(moved_to)
 
 
 def _starts(args: list[str], *words: str) -> bool:
@@ -134,7 +135,7 @@ class Tour:
 
         registered = self.json("registry", "show", "support_escalation@production")
         assert registered["manifest"]["checkpoints"] == "every_turn", registered
-        component = self.cwd / "support_escalation.json"
+        component = self.cwd.parent / "support_escalation.json"  # the test's own file, not the tour's
         component.write_text(support_escalation(float(MODEL_SECONDS)).dump_component().model_dump_json())
         self.json("registry", "add", "support_escalation", "--file", str(component), "--persist", "researcher",
                   "--context-bound", "20", "--checkpoints", "every_turn", "--label", "production")
@@ -219,8 +220,10 @@ def test_the_tour_starts_in_the_virtualenv_make_demo_made_on_a_fresh_home_of_its
     assert venv is not None
     assert shlex.split(lines()[0], comments=True) == ["source", f"{venv[1]}/bin/activate"]
     assert 'teamstore = "teamstore.cli:main"' in PYPROJECT.read_text(encoding="utf-8")  # what puts it on the PATH
-    home = Path(shell(tmp_path)["TEAMSTORE_HOME"])  # not the demo's ./.teamstore, whose teams have an owner
+    exported, scratch = shell(tmp_path, tmp_path)
+    home = Path(exported["TEAMSTORE_HOME"])  # not the demo's ./.teamstore, whose teams have an owner
     assert home.parent == tmp_path and home.is_dir() and not any(home.iterdir())
+    assert scratch.parent == tmp_path and scratch != home and not any(scratch.iterdir())  # not the checkout
 
 
 def test_the_tour_registers_every_team_before_it_runs_one() -> None:
@@ -249,13 +252,15 @@ def test_every_command_of_the_readme_tour_runs_in_order(
 ) -> None:
     import boto3
 
-    for name, value in shell(tmp_path).items():  # the fresh home the tour exports
+    checkout = tmp_path / "checkout"  # where the reader's shell starts
+    checkout.mkdir()
+    monkeypatch.chdir(checkout)
+    exported, cwd = shell(tmp_path, checkout)
+    for name, value in exported.items():  # the fresh home the tour exports
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("TEAMSTORE_TRANSCRIPTS_URL", f"s3://{s3_bucket}/teamstore")
     monkeypatch.setenv("OPENAI_API_KEY", "")  # the example teams' offline model client: no network, no key
-    cwd = tmp_path / "shell"
-    cwd.mkdir()
-    monkeypatch.chdir(cwd)  # where `-o cost.html` and `--output alice.zip` land
+    monkeypatch.chdir(cwd)  # the scratch folder the tour moves to: where `-o cost.html` and `--output alice.zip` land
     steps = Tour(cwd)
     if database is not None:  # production never migrates implicitly: the README's real-services block runs this
         monkeypatch.setenv("TEAMSTORE_DATABASE_URL", database)
@@ -271,6 +276,7 @@ def test_every_command_of_the_readme_tour_runs_in_order(
     restored = next(done.stdout for line, done in said.items() if line.startswith("sessions restore"))
     assert "restored quarantined state" in restored
     assert (cwd / "cost.html").stat().st_size > 0 and (cwd / "alice.zip").stat().st_size > 0
+    assert not any(checkout.iterdir()), "the tour left files in the checkout"
     assert list((cwd / "ledger").glob("day=*/part-00000.parquet"))
     rules = boto3.client("s3").get_bucket_lifecycle_configuration(Bucket=s3_bucket)["Rules"]
     assert [rule["Filter"]["Prefix"] for rule in rules] == ["teamstore/subjects/"]
