@@ -35,7 +35,7 @@ from teamstore.errors import InvalidIdentifier
 MAX_ID_CHARS = 256
 """The longest user or session id, in characters; every table's id columns are this wide."""
 
-# The ids teamstore makes itself: an erasure request's (teamstore.erasure.requests.new_request_id) and an
+# The ids teamstore makes itself: an erasure request's (teamstore.erasure.request_checks.new_request_id) and an
 # export's (teamstore.export.requests.new_export_id). Random hex: they hold nothing anyone gave.
 _MADE_BY_TEAMSTORE = re.compile(r"e[rx]-[0-9a-f]{24}")
 

@@ -17,7 +17,7 @@ from teamstore.audit.subjects import get_or_create_subject, new_session_secret, 
 from teamstore.cli import app
 from teamstore.db.engine import create_engine
 from teamstore.db.migrate import upgrade
-from teamstore.erasure import requests
+from teamstore.erasure import request_checks, requests
 from teamstore.erasure.schema import erasure_requests
 from teamstore.settings import Settings
 from tests.audit.teams import context, observe_run, triage_team
@@ -134,7 +134,7 @@ def test_a_request_id_teamstore_made_is_named_when_another_coordinator_takes_the
 def test_a_request_id_the_operator_gave_is_not_repeated_when_another_coordinator_takes_it_over() -> None:
     refused = requests.taken_over("TICKET-jane-doe")
     assert "jane" not in refused.message + (refused.hint or "")
-    assert requests.made_by_teamstore("er-" + "0" * 23 + "G") is None  # only teamstore's own shape is named
+    assert request_checks.made_by_teamstore("er-" + "0" * 23 + "G") is None  # only teamstore's own shape is named
 
 
 def test_erase_needs_a_user_and_status_needs_a_known_id() -> None:

@@ -164,7 +164,7 @@ def extend(
 ) -> None:
     """Extend a request's due date once, by at most two months, with a recorded reason (GDPR art. 12(3))."""
     from teamstore.erasure.desk import check_extension_reason, extend_request
-    from teamstore.erasure.requests import check_request_id
+    from teamstore.erasure.request_checks import check_request_id
 
     check_request_id(request_id)
     check_extension_reason(reason)

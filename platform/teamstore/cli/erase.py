@@ -88,7 +88,7 @@ def erase(
     """Erase USER: destroy their data key, then delete resume state, quarantine, transcripts (every version),
     outbox, ledger link, export records and subject. On a terminal it shows what it would remove and asks
     first."""
-    from teamstore.erasure.requests import check_reason, check_request_id
+    from teamstore.erasure.request_checks import check_reason, check_request_id
 
     if ctx.invoked_subcommand is not None:
         given = [name for name, value in (("--user", user), ("--request-id", request_id), ("--reason", reason),
@@ -121,7 +121,7 @@ def erase(
     noted = _confirm(user, request_id, reason, requested_by) if asked else False
     made = request_id is None and not dry_run
     if made:  # made here, not by the run: a stop must be able to name it
-        from teamstore.erasure.requests import new_request_id
+        from teamstore.erasure.request_checks import new_request_id
 
         request_id = new_request_id()
     # SIGTERM (a job cancelled, `kill`) and SIGHUP (the ssh session dropped) too: the request's lease is given
@@ -146,7 +146,7 @@ def _interrupted(request_id: str, yes: bool, code: int) -> NoReturn:
     """Ctrl-C (or SIGTERM, SIGHUP) stopped the erasure: say where it left request ``request_id`` (as stored: the
     stop may have come before the request was opened, or after it ended) and the command that resumes it; exit
     ``code``."""
-    from teamstore.erasure import RequestStatus, requests
+    from teamstore.erasure import RequestStatus, request_checks, requests
 
     async def stored(coordinator: DeletionCoordinator) -> RequestStatus | None:
         row = await requests.get_request(coordinator.engine, request_id)
@@ -154,7 +154,7 @@ def _interrupted(request_id: str, yes: bool, code: int) -> NoReturn:
 
     rerun = _rerun(request_id, yes)
     # An id the operator gave is named in the fix only, where it is typed again; one teamstore made, in both.
-    made = requests.made_by_teamstore(request_id)
+    made = request_checks.made_by_teamstore(request_id)
     named = f"erasure request {made}" if made else "the erasure request"
     try:
         status = with_coordinator(stored, None)
@@ -195,7 +195,7 @@ def _note_kept(receipt: Receipt, reason: str | None, requested_by: str | None) -
     it was given (and a finished one is only reported), so the receipt shows the stored one, not this. Neither
     value is repeated here, nor a request id the operator gave: a reason, a requester or a given id may name the
     user, and stderr is often a job's log (one teamstore made is named)."""
-    from teamstore.erasure.requests import made_by_teamstore
+    from teamstore.erasure.request_checks import made_by_teamstore
 
     made = made_by_teamstore(receipt.request_id) if receipt.request_id else None
     named = f"request {made}" if made else "the request"

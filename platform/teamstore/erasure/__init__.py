@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from teamstore.erasure.coordinator import DeletionCoordinator
 from teamstore.erasure.receipt import Counts, Receipt, RequestStatus, StepStatus, StoreResult
-from teamstore.erasure.requests import new_request_id
+from teamstore.erasure.request_checks import new_request_id
 from teamstore.erasure.settings import ErasureSettings
 
 __all__ = [

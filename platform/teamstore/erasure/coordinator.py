@@ -11,7 +11,8 @@ store in turn: enumerate, delete, verify by re-querying. After the last step (th
 store is re-queried once more; anything found fails the request. Running the same request id again
 resumes a failed or killed request and only reports a finished one: it never acts twice.
 
-This module drives that run: the lease, the attempt, the steps in order, and the dry run. What it waits out
+This module drives that run: the lease, the attempt, the steps in order; what a dry run would find is
+:mod:`teamstore.erasure.dry_run`. What it waits out
 before deleting is :mod:`teamstore.erasure.waits`; each step's verdict, the request's status and the receipt are
 :mod:`teamstore.erasure.verdict`; what it stores, :mod:`teamstore.erasure.requests` and
 :mod:`teamstore.erasure.record`.
@@ -26,7 +27,7 @@ import socket
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -36,7 +37,8 @@ from teamstore.audit.transcripts.base import TranscriptStore
 from teamstore.db.clock import database_now
 from teamstore.db.engine import empty_sqlite_log
 from teamstore.db.identity import log_name_key
-from teamstore.erasure import record, requests
+from teamstore.erasure import record, request_checks, requests
+from teamstore.erasure.dry_run import planned_receipt
 from teamstore.erasure.receipt import (
     DONE,
     FINISHED,
@@ -46,14 +48,12 @@ from teamstore.erasure.receipt import (
     RequestStatus,
     StepStatus,
     StoreResult,
-    remains_elsewhere,
     subject_hash,
 )
 from teamstore.erasure.settings import ErasureSettings
 from teamstore.erasure.steps import Notice, Progress, Step, StepContext, build_steps
-from teamstore.erasure.steps.done_stores import planned
 from teamstore.erasure.stores import TRANSCRIPTS, check_store, transcript_parts
-from teamstore.erasure.verdict import key_destroyed, receipt_of, request_status, stored_receipt, verdict
+from teamstore.erasure.verdict import receipt_of, request_status, stored_receipt, verdict
 from teamstore.erasure.waits import Waits
 from teamstore.errors import (
     ErasureConflict,
@@ -159,8 +159,8 @@ class DeletionCoordinator:
         check_erasable_id(user_id)
         # An empty id is refused, not replaced: the caller meant one (an unset variable, say) and would never
         # learn the fresh id to rerun or to ask about.
-        rid = requests.check_request_id(requests.new_request_id() if request_id is None else request_id)
-        requests.check_reason(reason)
+        rid = request_checks.check_request_id(request_checks.new_request_id() if request_id is None else request_id)
+        request_checks.check_reason(reason)
         check_person("requested_by", requested_by)
         check_not_naming("reason", reason, user_id)
         check_not_naming("requested_by", requested_by, user_id)
@@ -262,7 +262,7 @@ class DeletionCoordinator:
             ErasureRequestNotFound: No request has that id.
             StoreUnavailable: The database could not be reached.
         """
-        row = await requests.get_request(self.engine, requests.check_request_id(request_id))
+        row = await requests.get_request(self.engine, request_checks.check_request_id(request_id))
         if row is None:
             raise await requests.not_found(self.engine, request_id)
         if row.receipt is not None:
@@ -462,42 +462,20 @@ class DeletionCoordinator:
     async def _dry_run(
         self, user_id: str, reason: str | None, requested_by: str | None, stored: requests.RequestRow | None = None,
     ) -> Receipt:
-        """What a request would find, with no request id: none is stored, so none could be looked up later.
-        Its times are those of a request received now. For the rerun of ``stored``, a request that has forgotten
-        its user (held, or its rerun failed since), what that rerun would find: the subject it keeps, whose mapping
-        and fence are gone, and nothing under the user id (the user's data since is not its business)."""
+        """What a request would find, with no request id (:func:`teamstore.erasure.dry_run.planned_receipt`). For the
+        rerun of ``stored``, a request that has forgotten its user (held, or its rerun failed since), what that rerun
+        would find: the subject it keeps, whose mapping and fence are gone, and nothing under the user id (the
+        user's data since is not its business)."""
         forgot = stored is not None and stored.user_id is None and stored.subject_key is not None
         subject = stored.subject_key if stored is not None and forgot else await find_subject(self.engine, user_id)
         # Enumerating records nothing, so the context names no request.
         ctx = StepContext(self.engine, self.transcripts, "", None if forgot else user_id, subject, keys=self.keys)
-        await check_store(ctx, self.settings.transcript_retention_days)  # a count from the wrong store misleads
-        stores = {step.name: await _planned(step, ctx) for step in self.steps}
-        now = await database_now(self.engine)  # as a request filed now would be received, on Postgres the server's
-        found = any(result.status is not StepStatus.NO_MATCH for result in stores.values())
-        bound = await backups_unreadable_by(self.engine, self.settings, now)
-        return Receipt(
-            request_id=None, status=RequestStatus.DRY_RUN, subject_hash=subject_hash(subject, self.knobs),
-            received_at=now, due_at=now + timedelta(days=self.knobs.due_days), reason=reason, stores=stores,
-            remains_elsewhere=remains_elsewhere(now, self.knobs, self.settings.capture_message_content,
-                                                bound if key_destroyed(stores) else None, now=now,
-                                                matched=found, planned=True),
-            requested_by=requested_by, near_match=None if found else await near_match(self.engine, user_id),
-        )
-
-
-async def _planned(step: Step, ctx: StepContext) -> StoreResult:
-    """What ``step`` would find; for the transcripts, with the done stores a real pass would list again
-    (:func:`teamstore.erasure.steps.done_stores.planned`), and those beyond its reach, named."""
-    counts, detail = await step.enumerate(ctx), None
-    if step.name == TRANSCRIPTS and ctx.subject_key is not None:
-        done, detail = await planned(ctx)
-        counts = counts.plus(done)
-    return StoreResult(status=StepStatus.WOULD_ERASE if counts.total else StepStatus.NO_MATCH, counts=counts,
-                       detail=detail)
+        return await planned_receipt(ctx, self.steps, self.settings, self.knobs, user_id=user_id, reason=reason,
+                                     requested_by=requested_by)
 
 
 def _busy(request_id: str) -> ErasureConflict:
-    made = requests.made_by_teamstore(request_id)  # an id the operator gave is not repeated: it may be a user's
+    made = request_checks.made_by_teamstore(request_id)  # an id the operator gave is not repeated: it may be a user's
     return ErasureConflict(
         f"the erasure request{f' {made}' if made else ''} is being run by another coordinator right now",
         hint=f"wait for it (`teamstore erase status {made or '...'}`{'' if made else ' with the same id'} tells); a "

@@ -31,7 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.db.clock import database_now, shared_now
 from teamstore.db.identity import log_name_key
-from teamstore.erasure import requests
+from teamstore.erasure import request_checks, requests
 from teamstore.erasure.receipt import FINISHED, Extension, RequestStatus, user_hash
 from teamstore.erasure.schema import erasure_attempts, erasure_requests
 from teamstore.erasure.settings import ErasureSettings
@@ -42,7 +42,7 @@ from teamstore.people import check_not_naming
 
 MAX_MONTHS = 2
 """GDPR art. 12(3): one extension, by two further months at most."""
-MAX_REASON_CHARS = requests.MAX_REASON_CHARS
+MAX_REASON_CHARS = request_checks.MAX_REASON_CHARS
 UNFINISHED = (RequestStatus.OPEN, RequestStatus.FAILED)
 """Requests that can still be overdue or extended: running, killed, or failed and waiting for a rerun."""
 _BY = re.compile(r"^\s*(\d{1,3})\s*([dwm])\s*$")
@@ -195,7 +195,7 @@ async def _check_after(engine: AsyncEngine, after: str) -> None:
     """
     how = "give --after the last request id a page listed (its footer, or `next` in --json, names it)"
     try:
-        requests.check_request_id(after)
+        request_checks.check_request_id(after)
     except InvalidIdentifier as exc:
         raise InvalidIdentifier(f"--after: {exc.message}", hint=how) from exc
     if await requests.get_request(engine, after) is None:
@@ -312,7 +312,7 @@ def check_extension_reason(reason: str) -> str:
             "an extension needs a reason: the data subject must be told why (GDPR art. 12(3))",
             hint='give --reason "..." (why the request needs longer: its complexity, the number of requests)',
         )
-    requests.check_reason(reason)
+    request_checks.check_reason(reason)
     if len(reason) > MAX_REASON_CHARS or control_character(reason) is not None:
         raise InvalidIdentifier(
             f"the extension's reason ({len(reason)} characters) cannot be recorded as given",
@@ -368,7 +368,7 @@ async def extend_request(
 
 
 async def _unfinished(engine: AsyncEngine, request_id: str) -> requests.RequestRow:
-    row = await requests.get_request(engine, requests.check_request_id(request_id))
+    row = await requests.get_request(engine, request_checks.check_request_id(request_id))
     if row is None:
         raise await requests.not_found(engine, request_id)
     if row.status in FINISHED or row.status is RequestStatus.RETAINED_UNDER_HOLD:
