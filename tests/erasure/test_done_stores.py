@@ -331,13 +331,17 @@ async def test_a_dry_run_that_cannot_list_a_done_bucket_for_a_while_says_to_run_
 async def test_a_dry_run_against_a_store_before_others_to_empty_names_no_done_store(
     engine: AsyncEngine, tmp_path: Path
 ) -> None:
-    """A real pass there stops once its own store is emptied, naming the next: it lists no done store."""
+    """A real pass there stops once its own store is emptied, naming the next: it lists no done store, and the
+    dry run names the next, which this machine reaches, as one to empty in a pass of its own."""
     first, second = LocalTranscriptStore(tmp_path / "first"), LocalTranscriptStore(tmp_path / "second")
     await _written(engine, {first: 2, second: 1})
 
     plan = await coordinator(engine, first).run(USER, dry_run=True)
 
-    assert plan.stores["transcripts"].counts.objects == 2 and plan.stores["transcripts"].detail is None
+    assert plan.stores["transcripts"].counts.objects == 2
+    assert plan.stores["transcripts"].detail == (
+        f"a real run would empty {first.url} and stop, as other stores are still to empty, each by a pass of its own "
+        f"(TEAMSTORE_TRANSCRIPTS_URL set to it): {second.url}")
 
 
 @pytest.mark.s3

@@ -7,6 +7,7 @@ workers' bucket, another server's bucket of the same name is refused.
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -296,3 +297,50 @@ async def test_a_store_recorded_at_an_endpoint_no_server_answers_is_erased_once_
     assert receipt.status is RequestStatus.COMPLETED, receipt
     assert await written.list_keys(subject_prefix(subject)) == []
     await written.close()
+
+
+
+def _locked_at(endpoint: str) -> S3TranscriptStore:
+    """A new versioned bucket with Object Lock on the S3 server at ``endpoint``."""
+    client, name = boto3.client("s3", endpoint_url=endpoint), f"ts-er-{uuid.uuid4().hex[:10]}"
+    client.create_bucket(Bucket=name, ObjectLockEnabledForBucket=True)
+    client.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
+    return S3TranscriptStore(client, name, "audit")
+
+
+async def _held_at(engine: AsyncEngine, stores: dict[S3TranscriptStore, str]) -> None:
+    """Two transcripts of the user written to each store, recorded at its endpoint, the first under a legal hold."""
+    subject = await get_or_create_subject(engine, USER)
+    for store, endpoint in stores.items():
+        await record_store(engine, subject, store.url, endpoint=endpoint)
+        for n in range(2):
+            await store.put(f"{subject_prefix(subject)}sessions/s{n}/runs/r{n}.jsonl.gz", b"transcript")
+        key = f"{store.prefix}/{subject_prefix(subject)}sessions/s0/runs/r0.jsonl.gz"
+        store.client.put_object_legal_hold(Bucket=store.bucket, Key=key, LegalHold={"Status": "ON"})
+
+
+@pytest.mark.s3
+async def test_the_dry_run_of_a_request_held_in_stores_at_two_endpoints_names_both_and_the_one_beyond_its_reach(
+    engine: AsyncEngine, s3_env: str, fresh_moto: str
+) -> None:
+    """The rerun of a request held in two stores goes back to each, a pass per store; its dry run counted the store it
+    talks to and said nothing of the other, written at another S3 endpoint this process's client does not reach."""
+    here, there = _locked_at(s3_env), _locked_at(fresh_moto)
+    await _held_at(engine, {here: s3_env, there: fresh_moto})
+    with pytest.raises(TranscriptStoreMismatch):
+        await coordinator(engine, here).run(USER, request_id="req-two-held")
+    held = await coordinator(engine, there).run(USER, request_id="req-two-held")
+    assert held.status is RequestStatus.RETAINED_UNDER_HOLD, held
+
+    for store, other, at in ((here, there, fresh_moto), (there, here, s3_env)):
+        plan = await coordinator(engine, store).run(USER, request_id="req-two-held", dry_run=True)
+        detail = plan.stores["transcripts"].detail or ""
+        assert f"a real run would empty {store.url} and stop" in detail, detail
+        assert f"still to empty, each by a pass of its own (TEAMSTORE_TRANSCRIPTS_URL set to it): {other.url};" in detail
+        assert f"beyond this process's reach, so their pass must run where they are reached: {other.url} (" in detail
+        assert f"a pass with AWS_ENDPOINT_URL_S3={at} reaches it" in detail
+    with pytest.raises(TranscriptStoreMismatch) as rerun:  # as the dry run said: this store, then the other's pass
+        await coordinator(engine, here).run(USER, request_id="req-two-held")
+    assert rerun.value.stores == (there.url,)
+    await here.close()
+    await there.close()

@@ -107,14 +107,15 @@ async def planned(ctx: StepContext) -> tuple[Counts, str | None]:
     would list again, counted, and the words naming those, the ones beyond its reach (:func:`_reached`), and those
     the request under way for the user left holding only versions a hold keeps, as its receipt would, naming it.
 
-    A pass lists them only when it is the last: while another recorded store is still to empty, it stops after its
-    own naming that one, and so does this (nothing counted, no words).
+    A pass lists them only when it is the last: while another recorded store is still to empty (a held request's
+    rerun goes back to each store a hold kept some in), it stops after its own naming those, and so does this:
+    nothing counted there, the words naming each, and those beyond this process's reach (:func:`_still_to_empty`).
 
     Raises:
         TranscriptUnavailable: A done store could not be listed for a reason that may pass (:func:`_reached`).
     """
-    if [store for store in await pending_stores(ctx) if store != ctx.transcripts.url]:
-        return Counts(), None
+    if others := [store for store in await pending_stores(ctx) if store != ctx.transcripts.url]:
+        return Counts(), await _still_to_empty(ctx, others)
     request_id, held = await held_by(ctx)
     held = {store: part for store, part in held.items() if store != ctx.transcripts.url}
     found, listed, beyond = Counts(), [], {}
@@ -130,6 +131,30 @@ async def planned(ctx: StepContext) -> tuple[Counts, str | None]:
         listed.append(url)
     by = f"the pass of request {shlex.quote(request_id)}" if request_id else ""
     return found, "; ".join(filter(None, [_plan_words(listed, beyond), held_elsewhere(held, by)])) or None
+
+
+async def _still_to_empty(ctx: StepContext, others: list[str]) -> str:
+    """A dry run's words for the ``others`` stores still to empty besides this one, each emptied by a pass of its
+    own, and which of them this process cannot reach: the pass there must run where it can (an operator reading only
+    this store's counts would take the rerun here for the whole of it). One that could not be listed now, for a
+    reason that may pass, is named so: the plan of this store's pass does not hang on it.
+    """
+    beyond = {}
+    for url in others:
+        try:
+            store = await _reached(ctx, url)
+        except TranscriptUnavailable as exc:
+            store = f"could not be listed now, which may pass: {getattr(exc.__cause__, 'message', exc.message)}"
+        if isinstance(store, str):
+            beyond[url] = store
+        else:
+            await _close(ctx, store)
+    words = (f"a real run would empty {ctx.transcripts.url} and stop, as other stores are still to empty, each by a "
+             f"pass of its own (TEAMSTORE_TRANSCRIPTS_URL set to it): {', '.join(others)}")
+    if beyond:
+        where = "; ".join(f"{url} ({why})" for url, why in sorted(beyond.items()))
+        words += f"; beyond this process's reach, so their pass must run where they are reached: {where}"
+    return words
 
 
 def _plan_words(listed: list[str], beyond: dict[str, str]) -> str | None:
