@@ -3,21 +3,30 @@ what a lifted hold frees and what a lock newly keeps there."""
 
 from __future__ import annotations
 
+import io
+
+import boto3
 import pytest
+from rich.console import Console
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from teamstore.audit.transcripts import subject_prefix
 from teamstore.audit.transcripts.s3 import S3TranscriptStore, make_client
+from teamstore.cli._erase_receipt import render
+from teamstore.db.identity import database_id
 from teamstore.erasure import RequestStatus, StepStatus
 from teamstore.erasure.receipt import Counts, StoreResult
-from teamstore.erasure.record import load_parts, record_part
+from teamstore.erasure.record import load_parts, part_times, record_part
 from teamstore.erasure.schema import erasure_steps
 from teamstore.erasure.stores import HELD_VERSIONS, held_record
 from teamstore.errors import TranscriptStoreMismatch
+from tests.audit.fault_server import HoldingProxy
 from tests.erasure.conftest import coordinator, versioned_bucket
 from tests.erasure.seed import all_versions
 from tests.erasure.test_done_stores import RESTORED, USER, _emptied_first, _held_pass, _written
+from tests.erasure.test_stores import USER as HELD_USER
+from tests.erasure.test_stores import _held_in
 
 LONGER = b"a much longer restored transcript"
 
@@ -134,3 +143,44 @@ async def test_the_record_of_held_versions_names_neither_subject_nor_session_and
     assert not [row for row in rows if subject in row.detail or "sessions" in row.detail]
     await locked.close()
     await moved.close()
+
+
+
+@pytest.mark.s3
+async def test_a_held_request_s_failed_rerun_says_another_store_s_held_count_is_its_last_pass_s_and_when(
+    engine: AsyncEngine, s3_env: str
+) -> None:
+    """The rerun's pass in the first store left a version held there; that hold was lifted since, and the pass in the
+    second failed: its receipt counted the version held as if it were now, saying nothing of when it was found."""
+    first, second = (S3TranscriptStore(make_client(), versioned_bucket(lock=True), "audit") for _ in range(2))
+    held = await _held_in(engine, {first: 2, second: 2})
+    with pytest.raises(TranscriptStoreMismatch):
+        await coordinator(engine, first).run(HELD_USER, request_id="req-stale")
+    ended = await coordinator(engine, second).run(HELD_USER, request_id="req-stale")
+    assert ended.status is RequestStatus.RETAINED_UNDER_HOLD, ended
+    with pytest.raises(TranscriptStoreMismatch):  # the rerun goes back to each store: the first still holds it
+        await coordinator(engine, first).run(HELD_USER, request_id="req-stale")
+    first.client.put_object_legal_hold(**held[first], LegalHold={"Status": "OFF"})
+    restored = {**held[second], "Key": held[second]["Key"].replace("/s0/runs/r0", "/s9/runs/r9")}
+    second.client.put_object(**restored, Body=b"restored")  # no hold keeps it: its delete is refused, the pass fails
+    await second.mark(await database_id(engine))  # as its workers do: a proxy reaches the same bucket
+    proxy = HoldingProxy(s3_env, refuse_deletes="InternalError")  # S3 failing on its side, in the second store
+    try:
+        through = S3TranscriptStore(boto3.client("s3", endpoint_url=proxy.endpoint), second.bucket, "audit")
+        failed = await coordinator(engine, through).run(HELD_USER, request_id="req-stale")
+    finally:
+        proxy.stop()
+
+    transcripts = failed.stores["transcripts"]
+    assert failed.status is RequestStatus.FAILED and transcripts.status is StepStatus.FAILED, failed
+    assert transcripts.counts.retained == 1  # the first store's version, as the pass there found it
+    counted = (await part_times(engine, "req-stale", "transcripts"))[first.url]
+    assert (f"its held count is not current: held in other stores, counted as this request's pass there found them: "
+            f"1 in {first.url} (at {counted:%Y-%m-%d %H:%M:%S}Z), not listed since, so a hold lifted there since is "
+            "not seen") in (transcripts.detail or ""), transcripts.detail
+    assert "(InternalError) and no hold explains it" in (transcripts.detail or "").split("; its held count")[0]
+    shown = Console(file=io.StringIO(), width=2000)
+    render(failed, out=shown)  # the terminal prints the words beside the counts
+    assert "its held count is not current" in shown.file.getvalue()
+    for store in (first, second, through):
+        await store.close()

@@ -52,6 +52,7 @@ from teamstore.erasure.receipt import (
 )
 from teamstore.erasure.settings import ErasureSettings
 from teamstore.erasure.steps import Notice, Progress, Step, StepContext, build_steps
+from teamstore.erasure.steps.done_stores import held_as_last_found
 from teamstore.erasure.stores import TRANSCRIPTS, check_store, transcript_parts
 from teamstore.erasure.verdict import receipt_of, request_status, stored_receipt, verdict
 from teamstore.erasure.waits import Waits
@@ -424,7 +425,9 @@ class DeletionCoordinator:
             log.error("erasure %s: step %s failed: %s", self._named(ctx.request_id), step.name, exc.message)
             recorded = (await record.load_steps(self.engine, ctx.request_id)).get(step.name) or prior
             counts = recorded.counts if recorded is not None else Counts()
-            result = StoreResult(status=StepStatus.FAILED, counts=counts, detail=str(exc))
+            # The counts take other stores' held versions from their passes: said so, with when, not shown as now's.
+            stale = await held_as_last_found(ctx) if step.name == TRANSCRIPTS else None
+            result = StoreResult(status=StepStatus.FAILED, counts=counts, detail="; ".join(filter(None, [str(exc), stale])))
         else:
             result = verdict(deleted, left, await database_now(self.engine))
         await record.record_step(self.engine, ctx.request_id, step.name, result, ctx.owner)

@@ -150,6 +150,20 @@ async def load_parts(engine: AsyncEngine, request_id: str, step: str) -> dict[st
     return {str(r.detail): _result(r).model_copy(update={"detail": None}) for r in rows}
 
 
+async def part_times(engine: AsyncEngine, request_id: str, step: str) -> dict[str, datetime]:
+    """When each part of the request's ``step`` was last recorded (:func:`load_parts`), by the part it is: for a
+    store a pass left holding versions, when that pass found them.
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    s = erasure_steps.c
+    async with db(engine, "read when the erasure step's parts were recorded") as conn:
+        rows = (await conn.execute(select(s.detail, s.updated_at).where(
+            s.request_id == request_id, s.store.startswith(step + PART, autoescape=True)))).all()
+    return {str(r.detail): at for r in rows if (at := utc(r.updated_at)) is not None}
+
+
 async def record_part(
     engine: AsyncEngine, request_id: str, step: str, part: str, result: StoreResult, owner: str | None = None
 ) -> None:

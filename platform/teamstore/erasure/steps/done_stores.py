@@ -33,6 +33,7 @@ estimate, wrong in its bytes when a hold is lifted while a copy restored there i
 from __future__ import annotations
 
 import shlex
+from datetime import datetime
 
 from teamstore.audit.placement import described, endpoint_setting, unmarked_elsewhere
 from teamstore.audit.subjects import mark_store_erased, recorded_endpoints, recorded_stores
@@ -40,7 +41,7 @@ from teamstore.audit.transcripts import Capability, capability, store_beside
 from teamstore.audit.transcripts.base import TranscriptStore, subject_prefix
 from teamstore.audit.transcripts.capabilities import HoldStatus, holds_any, missing_here
 from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
-from teamstore.erasure.record import load_parts, record_part
+from teamstore.erasure.record import load_parts, part_times, record_part
 from teamstore.erasure.steps.base import StepContext
 from teamstore.erasure.steps.views import Kept, PlainObjects, Tally, VersionedObjects, View, view_of
 from teamstore.erasure.stores import (
@@ -50,6 +51,7 @@ from teamstore.erasure.stores import (
     held_before,
     held_by,
     held_id,
+    held_stores,
     mismatch,
     pending_stores,
     record_held,
@@ -168,14 +170,33 @@ def _plan_words(listed: list[str], beyond: dict[str, str]) -> str | None:
     return "; ".join(words) or None
 
 
-def held_elsewhere(held: dict[str, StoreResult], by: str = "this request's pass") -> str | None:
+def held_elsewhere(held: dict[str, StoreResult], by: str = "this request's pass", *,
+                   times: dict[str, datetime] | None = None) -> str | None:
     """Where the held versions other passes counted are, for the receipt; ``by``: whose pass counted them (a dry
-    run names the request under way, whose pass it was)."""
+    run names the request under way, whose pass it was); ``times``: when each store's pass counted them."""
     if not held:
         return None
+    times = times or {}
     where = ", ".join(f"{part.counts.retained + part.counts.unreadable} in {store}"
+                      + (f" (at {times[store]:%Y-%m-%d %H:%M:%S}Z)" if store in times else "")
                       for store, part in sorted(held.items()))
     return f"held in other stores, counted as {by} there found them: {where}"
+
+
+async def held_as_last_found(ctx: StepContext) -> str | None:
+    """For a pass that failed, the words for the held versions its counts take from the other stores this request's
+    passes left holding: as each of those passes found them, and when, not listed since, so not passed off as what
+    is held there now (a hold may have been lifted since).
+
+    Raises:
+        StoreUnavailable: The database could not be reached.
+    """
+    held = {store: part for store, part in (await held_stores(ctx)).items() if store != ctx.transcripts.url}
+    if not held or not ctx.request_id:
+        return None
+    times = await part_times(ctx.engine, ctx.request_id, TRANSCRIPTS)
+    return (f"its held count is not current: {held_elsewhere(held, times=times)}, not listed since, so a hold lifted "
+            "there since is not seen")
 
 
 def not_listed_again(unlisted: dict[str, str]) -> str | None:

@@ -32,7 +32,7 @@ from teamstore.audit.transcripts import store_endpoint
 from teamstore.audit.transcripts.base import subject_prefix
 from teamstore.audit.transcripts.capabilities import HoldStatus, holds_any
 from teamstore.erasure.receipt import Counts, StepStatus, StoreResult
-from teamstore.erasure.record import record_part, record_step
+from teamstore.erasure.record import part_times, record_part, record_step
 from teamstore.erasure.steps.base import StepContext
 from teamstore.erasure.steps.done_stores import held_elsewhere, left_in_done, not_listed_again, sweep_done
 from teamstore.erasure.steps.views import (
@@ -125,7 +125,8 @@ class TranscriptStep:
         await self._other_stores(ctx, view, counts, kept, others)
         others, unlisted = await sweep_done(ctx, others)
         held = {store: part for store, part in others.items() if part.status in HELD}
-        detail = "; ".join(filter(None, [held_elsewhere(held), not_listed_again(unlisted)]))
+        times = await part_times(ctx.engine, ctx.request_id, self.name) if held else None
+        detail = "; ".join(filter(None, [held_elsewhere(held, times=times), not_listed_again(unlisted)]))
         return StoreResult(status=StepStatus.DELETED, counts=_sum(counts, others, held=False), detail=detail or None)
 
     async def _record(self, ctx: StepContext, status: StepStatus, counts: Counts, others: dict[str, StoreResult]
