@@ -17,11 +17,12 @@ import re
 # A config key, HTTP header, environment variable or connection-string part names a credential when, case
 # and separators ignored, one of these is anywhere in it ("clientsecret", "DBPASSWORD", "webhook_secret_b64") ...
 _CREDENTIAL_TEXT = ("secret", "password", "passwd", "passphrase", "credential")
-# ... or its last word is one of these ("api_key", "X-Auth-Token", "Cookie", "X-Hub-Signature-256", "DB_PWD", a
-# password hash's "PEPPER"), unless "key" follows an identifier's word or "token" a count's (below) ...
+# ... or its last word is one of these ("api_key", "X-Auth-Token", "Cookie", "X-Hub-Signature-256", "DB_PWD"),
+# unless "key" follows an identifier's word or "token" a count's (below). Not "pepper": alone it is a recipe's or a
+# menu's word ("salt_and_pepper"); a password hash's is its key ("PEPPER_KEY", _CIPHERS) ...
 _CREDENTIAL_LAST = frozenset({
     "key", "keys", "apikey", "apikeys", "token", "tokens", "pwd", "auth", "authorization", "bearer", "cookie",
-    "cookies", "signature", "session", "pepper",
+    "cookies", "signature", "session",
 })
 # ... or its last word is "pass" after another word ("DB_PASS", rclone's "RCLONE_CONFIG_PASS", RabbitMQ's
 # "RABBITMQ_DEFAULT_PASS"), unless that word is a count's or an order's ("first_pass", "num_pass"); alone it

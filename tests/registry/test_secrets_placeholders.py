@@ -210,14 +210,21 @@ def test_a_dummy_under_an_api_key_or_a_jwts_token_is_stored(name: str) -> None:
     assert apply_references(component, {}) == component
 
 
-@pytest.mark.parametrize("name", ["CIPHER_KEY", "SALT_KEY", "SIGNATURE_KEY", "PEPPER", "PEPPER_KEY", "CRYPTO_KEY",
+@pytest.mark.parametrize("name", ["CIPHER_KEY", "SALT_KEY", "SIGNATURE_KEY", "PEPPER_KEY", "CRYPTO_KEY",
                                   "ENCRYPT_KEY", "DECRYPTION_KEY", "SIGNING_SECRET", "JWT_SECRET", "HMAC_KEY",
                                   "ENCRYPTION_KEY", "SECRET_KEY", "ENCRYPTION_PROD_KEY"])
 def test_a_dummy_under_an_applications_own_cipher_salt_or_signing_key_is_refused(name: str) -> None:
-    """Reviewed: a cipher's, a salt's or a signature's key and a password hash's pepper took a dummy, which is a
-    weak real key there, as it is under SECRET_KEY."""
+    """Reviewed: a cipher's, a salt's or a signature's key and a password hash's pepper key took a dummy, which is
+    a weak real key there, as it is under SECRET_KEY."""
     for dummy in ("EMPTY", "x", "placeholder"):
         assert _refused(_component(env={name: dummy})).field == f"config.{SERVER}.env.{name}"
+
+
+def test_a_pepper_as_a_bare_word_is_an_ordinary_field_and_stored() -> None:
+    """Reviewed: "pepper" was taken for a credential's last word, so a recipe's or a menu's field (``pepper``,
+    ``salt_and_pepper``, ``PEPPER``) was refused as a secret; only a key after it (``PEPPER_KEY``) is one."""
+    component = _component(env={"PEPPER": "cayenne"}, fields={"pepper": "black", "salt_and_pepper": "coarse"})
+    assert apply_references(component, {}) == component
 
 
 @pytest.mark.parametrize("name", ["GITHUB_TOKEN", "WEBHOOK_TOKEN", "LOCAL_KEY", "AZURE_OPENAI_AD_TOKEN"])
