@@ -43,10 +43,12 @@ _ONE_PASSWORD_ID = re.compile(r"[a-z0-9]{26}")
 # A password written with digits for letters reads as a name to the randomness test ("P4ss", "s3cr3t"): its words
 # read back with the letters, where the part as written has none of them ("db-password-2024" has its word already).
 _LEET = str.maketrans("430157", "aeoist")
-# A version's id in a UUID's shape: dashed, or its 32 hex digits alone as a program writes uuid4().hex (in one case:
-# a random key's mixed case is no hex a program prints).
-_UUID_SHAPED = re.compile(r"[A-Za-z0-9]{8}-[A-Za-z0-9]{4}-[A-Za-z0-9]{4}-[A-Za-z0-9]{4}-[A-Za-z0-9]{12}|"
-                          r"[0-9a-f]{32}|[0-9A-F]{32}")
+# A version's id in a UUID's shape, as AWS's tools give it ...
+_UUID_SHAPED = re.compile(r"[A-Za-z0-9]{8}-[A-Za-z0-9]{4}-[A-Za-z0-9]{4}-[A-Za-z0-9]{4}-[A-Za-z0-9]{12}")
+# ... or its 32 hex digits alone as a program writes uuid4().hex (in one case: a random key's mixed case is no hex a
+# program prints), only under a secret's id: under a credential's name it is an Azure OpenAI or Cognitive Services
+# key's very shape.
+_UUID_HEX = re.compile(r"[0-9a-f]{32}|[0-9A-F]{32}")
 # A lower-case word ending in a number of four digits at most, as people number a server or a replica
 # ("sqlserver1", "postgres01"), which the randomness test takes by its letters alone. Not a capitalised word: the
 # commonest password's shape ("Password123", "Summer2024"); nor a long one ("xkmqplvnrtbwzyhgcdfjsa1234").
@@ -81,20 +83,23 @@ def names_stored_secret(value: str) -> bool:
     AppRole ``secret_id`` is a credential (a UUID, or any string given), and a password may read as a word or a
     name (``letmein``, ``correct-horse-battery``)."""
     if _store_reference(value) is not None:
-        return names_store_reference(value)
+        return names_store_reference(value, secrets_id=True)
     segments = value.split("/")
     return (len(segments) > 1 and _SECRET_PATH.fullmatch(value) is not None and known_shape(value) is None
             and all(map(_names_segment, segments)))
 
 
-def names_store_reference(value: str) -> bool:
+def names_store_reference(value: str, *, secrets_id: bool = False) -> bool:
     """Whether ``value`` is a secret store's reference to a secret (an AWS Secrets Manager ARN, a Google Secret
     Manager resource name, an Azure Key Vault secret's URI, a 1Password ``op://`` reference) whose parts a person
     names read as names (:func:`_holds_secret_value`): what 1Password's ``op run`` and ECS's ``valueFrom`` replace
-    with the secret, so no secret under any name (``OPENAI_API_KEY=op://dev/openai/credential``)."""
+    with the secret, so no secret under any name (``OPENAI_API_KEY=op://dev/openai/credential``). Given under a
+    secret's id (``secrets_id``: :func:`names_secrets_id`), a version's id may be a UUID's hex digits alone
+    (:func:`_an_id`)."""
     reference = _store_reference(value)
-    return reference is not None and not any(part and _holds_secret_value(part) and not _an_id(kind, part)
-                                             for kind, part in reference.groupdict().items())
+    return reference is not None and not any(
+        part and _holds_secret_value(part) and not _an_id(kind, part, secrets_id=secrets_id)
+        for kind, part in reference.groupdict().items())
 
 
 def _store_reference(value: str) -> re.Match[str] | None:
@@ -102,12 +107,12 @@ def _store_reference(value: str) -> re.Match[str] | None:
     return next(filter(None, (pattern.fullmatch(value) for pattern in _SECRET_STORE_NAMES)), None)
 
 
-def _an_id(kind: str, part: str) -> bool:
+def _an_id(kind: str, part: str, *, secrets_id: bool) -> bool:
     """Whether a reference's part is an id its store makes: a 1Password field's, or a version's after an ARN in the
-    UUID's shape AWS's tools give it, with or without its dashes (another ClientRequestToken is judged as any part
-    is)."""
-    return (kind == "field" and _ONE_PASSWORD_ID.fullmatch(part) is not None) or (
-        kind == "version" and _UUID_SHAPED.fullmatch(part) is not None)
+    UUID's shape AWS's tools give it, without its dashes too under a secret's id (another ClientRequestToken is
+    judged as any part is)."""
+    version = _UUID_SHAPED.fullmatch(part) is not None or (secrets_id and _UUID_HEX.fullmatch(part) is not None)
+    return (kind == "field" and _ONE_PASSWORD_ID.fullmatch(part) is not None) or (kind == "version" and version)
 
 
 def _holds_secret_value(part: str) -> bool:

@@ -507,13 +507,23 @@ def test_a_secret_in_a_stores_reference_under_a_secrets_name_is_still_refused(va
 
 
 @pytest.mark.parametrize("version", ["6a1f0c2e93b44b7a8f0e2d1c9e8b7a65", "6A1F0C2E93B44B7A8F0E2D1C9E8B7A65"])
-def test_a_version_id_after_an_arn_written_as_a_uuids_hex_digits_is_stored(version: str) -> None:
+def test_a_version_id_after_an_arn_written_as_a_uuids_hex_digits_is_stored_under_a_secrets_id(version: str) -> None:
     """Reviewed: a ClientRequestToken made with uuid4().hex (the UUID without its dashes) was refused as a random
     word, where the dashed UUID was taken."""
     value = f"{_ARN}:password::{version}"
-    component = _component(env={"DB_SECRET_ARN": value, "OPENAI_API_KEY": value}, args=["--secret-id", value],
-                           fields={"secret_arn": value})
+    component = _component(env={"DB_SECRET_ARN": value}, args=["--secret-id", value], fields={"secret_arn": value})
     assert apply_references(component, {}) == component
+
+
+@pytest.mark.parametrize("version", ["6a1f0c2e93b44b7a8f0e2d1c9e8b7a65", "6A1F0C2E93B44B7A8F0E2D1C9E8B7A65"])
+def test_32_hex_digits_after_an_arn_under_a_credentials_name_are_refused_as_an_azure_key(version: str) -> None:
+    """Reviewed: the hex digits alone were taken as a version's id under any name, and they are an Azure OpenAI or
+    Cognitive Services key's very shape: under a credential's name they may be that key."""
+    value = f"{_ARN}:password::{version}"
+    for env, fields in (({"OPENAI_API_KEY": value}, None), ({"AZURE_OPENAI_API_KEY": value}, None),
+                        (None, {"api_key": value})):
+        refused = _refused(_component(env=env, fields=fields))
+        assert version not in f"{refused.message} {refused.hint}"
 
 
 @pytest.mark.parametrize("version", [
