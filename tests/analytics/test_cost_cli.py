@@ -307,6 +307,24 @@ async def test_a_group_named_with_an_apostrophe_reads_apart_from_one_the_csv_gua
         ("'=t", "=x"), ("'=t", "'=x"), ("=t", "=x")}  # JSON gives the names as they are
 
 
+async def test_a_team_named_total_reads_apart_from_one_named_with_an_apostrophe_before_it(
+    ledger_env: AsyncEngine,
+) -> None:
+    # total is marked as the total line's namesake, 'total as a name with an apostrophe: two marks, not one each.
+    from tests.analytics.seed import seed_ledger
+
+    await seed_ledger(ledger_env, [("r6", "u1", "s1", "total", "v1", "2026-11-10", "completed",
+                                    [("triage", "m-big", 1000, 0, 1)]),
+                                   ("r7", "u1", "s2", "'total", "v1", "2026-11-10", "completed",
+                                    [("triage", "m-big", 2000, 0, 1)])])
+    status, out, _ = await asyncio.to_thread(_cost, "--by", "team", "--format", "csv")
+    *rows, _total = list(csv.DictReader(io.StringIO(out)))
+    assert status == 0 and {r["team"]: r["input_tokens"] for r in rows if "total" in r["team"]} == {
+        "'total": "1000", "''total": "2000"}
+    status, table, _ = await asyncio.to_thread(_cost, "--by", "team")
+    assert [line.split()[0] for line in table.splitlines() if "total" in line] == ["''total", "'total", "total"]
+
+
 @pytest.mark.parametrize("by", ["day", "day,team"])
 def test_a_table_a_little_wider_than_the_terminal_shows_each_day_whole(ledger_env: AsyncEngine, by: str) -> None:
     # Two columns short of the table's own width: the text columns are narrowed to fit, never the day's.

@@ -73,9 +73,10 @@ def _group_values(report: CostReport, row: CostRow) -> list[str]:
     column starting with ``'`` (an agent named ``'=x``) gets one more here, in every column: the CSV writes
     ``=x`` as ``'=x`` (:func:`_cell`), so no two groups read alike. JSON needs none: its values are as given."""
     values = [row.group.get(f, "") for f in report.fields]
-    if values and values[0] == TOTAL:
-        values[0] = f"'{TOTAL}"
-    return [f"'{v}" if v.startswith("'") and f != "user" else v for f, v in zip(report.fields, values, strict=True)]
+    marked = [f"'{v}" if v.startswith("'") and f != "user" else v for f, v in zip(report.fields, values, strict=True)]
+    if values and values[0] == TOTAL:  # marked after the others: its own ' is the mark, not a name's
+        marked[0] = f"'{TOTAL}"
+    return marked
 
 
 def _table_cells(report: CostReport, row: CostRow, total: bool) -> list[str]:
