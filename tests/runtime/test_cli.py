@@ -491,7 +491,7 @@ def test_a_message_on_stdin_that_is_not_utf8_is_refused(registry: Registry) -> N
 
 
 @pytest.mark.parametrize(("given", "says"), [
-    ("My line drops\r\n".encode("utf-16-le"), "the task read looks like UTF-16 (LE), not UTF-8: every other byte is NUL"),
+    ("My line drops\r\n".encode("utf-16-le"), "the task read looks like UTF-16LE, not UTF-8: every other byte is NUL"),
     ("My line drops\r\n".encode("utf-16"), "the task read is UTF-16 (it starts with a UTF-16 byte order mark), not UTF-8"),
     (b"ticket\x0055102", "the task contains NUL (U+0000) at character 6"),
 ])

@@ -49,8 +49,9 @@ def test_what_autogen_takes_passes(task: object) -> None:
         # NUL, which no Postgres text column holds; every other character one is UTF-16 read as UTF-8
         ("ticket\x0055102", "NUL (U+0000) at character 6"),
         ("\x00\x00", "NUL (U+0000) at character 0"),
-        ("M\x00y\x00 \x00l\x00i\x00n\x00e\x00", "looks like UTF-16 (LE) read as UTF-8"),
-        ("\x00M\x00y", "looks like UTF-16 (BE)"),
+        ("M\x00y\x00 \x00l\x00i\x00n\x00e\x00", "looks like UTF-16LE read as UTF-8"),
+        ("\x00M\x00y", "looks like UTF-16BE"),
+        ("M\x00\x00\x00y\x00\x00\x00 \x00\x00\x00", "looks like UTF-32LE read as UTF-8: three characters in four"),
         (TextMessage(source="user", content="ticket\x00"), "message 0 (TextMessage) holds NUL"),
         ([TextMessage(source="user", content="hi"), MultiModalMessage(source="user", content=["a", "\x00"])],
          "message 1 (MultiModalMessage) holds NUL"),
@@ -78,16 +79,20 @@ MESSAGE = "My router drops every evening, café or not\r\n"
     ("given", "says", "fix"),
     [
         # No byte order mark (what some Windows tools write): as UTF-8 it is text full of NULs, not a request.
-        (MESSAGE.encode("utf-16-le"), "looks like UTF-16 (LE), not UTF-8: every other byte is NUL", "UTF-16LE"),
-        (MESSAGE.encode("utf-16-be"), "looks like UTF-16 (BE)", "UTF-16BE"),
-        ("Ça coupe \u2013 encore".encode("utf-16-le"), "looks like UTF-16 (LE)", "UTF-16LE"),  # a few bytes not NUL
-        ("Ā is \u0100, NUL its low byte".encode("utf-16-le"), "looks like UTF-16 (LE)", "UTF-16LE"),
+        (MESSAGE.encode("utf-16-le"), "looks like UTF-16LE, not UTF-8: every other byte is NUL", "UTF-16LE"),
+        (MESSAGE.encode("utf-16-be"), "looks like UTF-16BE", "UTF-16BE"),
+        ("Ça coupe \u2013 encore".encode("utf-16-le"), "looks like UTF-16LE", "UTF-16LE"),  # a few bytes not NUL
+        ("Ā is \u0100, NUL its low byte".encode("utf-16-le"), "looks like UTF-16LE", "UTF-16LE"),
         # With a byte order mark the encoding is certain, and still refused rather than decoded: stdin takes
         # UTF-8 alone, as the same text without the mark must be refused, and the task limit and a bad byte's
         # place are counted in the bytes the stream holds. The fix converts it in one command.
         (MESSAGE.encode("utf-16"), "is UTF-16 (it starts with a UTF-16 byte order mark), not UTF-8", "UTF-16"),
         (codecs.BOM_UTF16_BE + MESSAGE.encode("utf-16-be"), "is UTF-16", "UTF-16"),
         (MESSAGE.encode("utf-32"), "is UTF-32", "UTF-32"),  # its mark begins with UTF-16LE's
+        # UTF-32 without a mark: every other byte is NUL there too, so it must be told apart, or the fix given
+        # (UTF-16's) turns it into garbage.
+        (MESSAGE.encode("utf-32-le"), "looks like UTF-32LE, not UTF-8: three bytes in four are NUL", "UTF-32LE"),
+        (MESSAGE.encode("utf-32-be"), "looks like UTF-32BE", "UTF-32BE"),
     ],
 )
 def test_a_task_read_in_utf16_is_refused_with_how_to_convert_it(given: bytes, says: str, fix: str) -> None:

@@ -32,6 +32,9 @@ from pydantic_core import PydanticSerializationError
 from teamstore.errors import InvalidTask
 from teamstore.ids import lone_surrogate
 
+# How much of a task tells UTF-16 or UTF-32 from text holding a stray NUL: a page, not the whole task, which
+# may be far past its limit when it is checked.
+_SAMPLE = 4096
 _NUL_HINT = ("remove the NUL characters (text read from a binary file, or from UTF-16 decoded as UTF-8, holds "
              "them; convert UTF-16 with `iconv -f UTF-16LE -t UTF-8`)")
 # The byte order marks of the encodings a Windows tool may write instead of UTF-8 (Notepad's "Unicode",
@@ -119,10 +122,10 @@ def check_text(text: str) -> None:
             hint="pass the task as valid Unicode (check how the client decodes it)",
         )
     if "\x00" in text:
-        order = _utf16_order([ch == "\x00" for ch in text])
-        if order is not None:
-            raise InvalidTask(f"the task looks like UTF-16 ({order}) read as UTF-8: every other character is NUL",
-                              hint=_utf16_hint(order))
+        wide = _wide_encoding([ch == "\x00" for ch in text[:_SAMPLE]])
+        if wide is not None:
+            raise InvalidTask(f"the task looks like {wide} read as UTF-8: {_nuls(wide, 'character')}",
+                              hint=_wide_hint(wide))
         at = text.index("\x00")
         raise InvalidTask(f"the task contains NUL (U+0000) at character {at:,}, which no database stores as text",
                           hint=_NUL_HINT)
@@ -178,31 +181,41 @@ def read_task(stream: BinaryIO, max_bytes: int) -> str:
 
 
 def _refuse_utf16(data: bytes) -> None:
-    """Refuse bytes that are UTF-16 or UTF-32: a byte order mark of either, or every other byte NUL."""
+    """Refuse bytes that are UTF-16 or UTF-32: a byte order mark of either, or the NULs of mostly Latin text in one."""
     named = next((name for bom, name in _OTHER_BOMS if data.startswith(bom)), None)
     if named is not None:
         raise InvalidTask(f"the task read is {named} (it starts with a {named} byte order mark), not UTF-8",
                           hint=f"convert it to UTF-8 before it is sent (`iconv -f {named} -t UTF-8 message.txt`)")
-    order = _utf16_order([byte == 0 for byte in data]) if b"\x00" in data else None
-    if order is not None:
-        raise InvalidTask(f"the task read looks like UTF-16 ({order}), not UTF-8: every other byte is NUL",
-                          hint=_utf16_hint(order))
+    wide = _wide_encoding([byte == 0 for byte in data[:_SAMPLE]]) if b"\x00" in data else None
+    if wide is not None:
+        raise InvalidTask(f"the task read looks like {wide}, not UTF-8: {_nuls(wide, 'byte')}",
+                          hint=_wide_hint(wide))
 
 
-def _utf16_order(nul: list[bool]) -> str | None:
-    """``"LE"`` or ``"BE"`` when ``nul`` (whether each byte, or character, is NUL) looks like UTF-16 text of
-    mostly Latin letters: NULs in at least half the odd places (little-endian) or the even ones (big-endian),
-    and few in the others. Not all and none: a character past U+00FF (a dash, a curly quote) has no NUL high
-    byte, and a few (U+0100, U+4E00) have a NUL low byte."""
-    odd, even = nul[1::2], nul[0::2]
-    for order, places, others in (("LE", odd, even), ("BE", even, odd)):
-        if sum(places) >= 2 and sum(places) * 2 >= len(places) and sum(others) * 4 < sum(places):
-            return order
+def _wide_encoding(nul: list[bool]) -> str | None:
+    """``"UTF-32LE"``, ``"UTF-32BE"``, ``"UTF-16LE"`` or ``"UTF-16BE"`` when ``nul`` (whether each byte, or
+    character, is NUL) looks like text of mostly Latin letters in that encoding: NULs in at least half the
+    places a Latin letter's high bytes take, and few in the place its low byte takes. Not all and none: a
+    character past U+00FF (a dash, a curly quote) has no NUL high byte, and a few (U+0100, U+4E00) have a NUL
+    low byte. UTF-32 first: its every other byte is NUL too."""
+    for width, name in ((4, "UTF-32"), (2, "UTF-16")):
+        for order, low in (("LE", 0), ("BE", width - 1)):
+            highs = [at for at in range(width) if at != low]
+            if all(_mostly(nul[at::width], nul[low::width]) for at in highs):
+                return f"{name}{order}"
     return None
 
 
-def _utf16_hint(order: str) -> str:
-    return f"convert it to UTF-8 before it is sent (`iconv -f UTF-16{order} -t UTF-8 message.txt`)"
+def _mostly(places: list[bool], others: list[bool]) -> bool:
+    return sum(places) >= 2 and sum(places) * 2 >= len(places) and sum(others) * 4 < sum(places)
+
+
+def _nuls(encoding: str, unit: str) -> str:
+    return f"every other {unit} is NUL" if encoding.startswith("UTF-16") else f"three {unit}s in four are NUL"
+
+
+def _wide_hint(encoding: str) -> str:
+    return f"convert it to UTF-8 before it is sent (`iconv -f {encoding} -t UTF-8 message.txt`)"
 
 
 def _holds_nul(value: Any) -> bool:
