@@ -95,7 +95,7 @@ def _check_plaintext(path: str, key: str, value: Any) -> None:
 
 # Said to a secret's id refused: a single word may be a password, so only a path or a store's reference is stored.
 _SECRET_ID_NOTE = ("; if it names where a secret store keeps the secret, give its path or reference (prod/db, an "
-                   "ARN, projects/my-project/secrets/s, op://vault/item/field), or call the setting SECRET_NAME")
+                   "ARN, projects/p/secrets/s, op://vault/item/field), or call the setting SECRET_NAME")
 
 
 def _name_of(path: str, key: str, parent: Any) -> str | None:

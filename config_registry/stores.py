@@ -25,40 +25,26 @@ _SECRET_REFERENCE_LAST = frozenset({"id", "arn", "ref", "reference"})
 # What a secret store names a secret by: an AWS Secrets Manager ARN, with ECS's ":json-key:version-stage:version-id"
 # after it (a version's id is the ClientRequestToken it was put with, 32 to 64 characters: a UUID as AWS's own tools
 # make it); a Google Secret Manager resource name; an Azure Key Vault secret's URI; a 1Password op:// reference
-# without spaces. Its groups are every part that can carry text, in whatever words the store allows
-# ("ConnectionStrings--DefaultConnection", "OPENAI__API_KEY", "x509-cert", "2fa", ":clientID::"): a secret put in one
-# is the secret itself, told by its look (_holds_secret_value), not by how a path's words are written, unless the
-# part is in the shape of an id the store makes (_names_part). The parts left out are the store's own: an ARN's
-# partition, service and 12-digit account, Google's version number, Key Vault's host and 32-hex version.
+# without spaces (vault, item and section may be ids: 1Password's SDKs take only those). Its groups are the parts a
+# person names, in whatever words the store allows ("ConnectionStrings--DefaultConnection", "OPENAI__API_KEY",
+# "x509-cert", "2fa", ":clientID::"): a secret put in one is the secret itself, told by its look
+# (_holds_secret_value), not by how a path's words are written.
 _SECRET_STORE_NAMES = (
-    re.compile(r"arn:aws(?:-cn|-us-gov|-iso(?:-[a-z])?)?:secretsmanager:(?P<region>[a-z]{2}(?:-[a-z]+)+-\d{1,2}):"
-               r"\d{12}:secret:(?P<arn_name>(?:[a-z]+!)?[A-Za-z0-9/_+=.@-]+)"
+    re.compile(r"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[A-Za-z0-9/_+=.@!-]+"
                r"(?::(?P<key>[A-Za-z0-9_.-]*)(?::(?P<stage>[A-Za-z0-9_.-]*)(?::(?P<version>[A-Za-z0-9_-]{32,64})?)?)?)?"),
-    re.compile(r"projects/(?P<project>[A-Za-z0-9_-]+)(?:/locations/(?P<location>[a-z0-9-]+))?"
-               r"/secrets/(?P<name>[A-Za-z0-9_-]+)(?:/versions/(?:latest|\d+))?"),
-    re.compile(r"https://(?P<key_vault>[a-z0-9-]+)\.vault\.(?:azure\.net|usgovcloudapi\.net|azure\.cn)"
-               r"/secrets/(?P<name>[A-Za-z0-9-]+)(?:/[0-9a-f]{32})?/?"),
-    re.compile(r"op://(?P<vault>[A-Za-z0-9_.-]+)/(?P<item>[A-Za-z0-9_.-]+)(?:/(?P<section>[A-Za-z0-9_.-]+))?"
-               r"/(?P<field>[A-Za-z0-9_.-]+)"),
+    re.compile(r"projects/[A-Za-z0-9_-]+(?:/locations/[a-z0-9-]+)?/secrets/(?P<name>[A-Za-z0-9_-]+)"
+               r"(?:/versions/(?:latest|\d+))?"),
+    re.compile(r"https://[a-z0-9-]+\.vault\.(?:azure\.net|usgovcloudapi\.net|azure\.cn)/secrets/(?P<name>[A-Za-z0-9-]+)"
+               r"(?:/[0-9a-f]{32})?/?"),
+    re.compile(r"op://[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+){1,2}/(?P<field>[A-Za-z0-9_.-]+)"),
 )
-# A 1Password vault's, item's or field's id, which a reference may give in place of its name
-# ("nerlnqbfzdm5q5g6ydsgdqgdw4"); a field's only under a secret's id (_an_id), since under a credential's name a
-# lower-case random key of that length is as likely.
+# A 1Password field's id, which a reference may give in place of its name ("nerlnqbfzdm5q5g6ydsgdqgdw4").
 _ONE_PASSWORD_ID = re.compile(r"[a-z0-9]{26}")
-_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
-# The six random characters AWS adds after a secret's name in its ARN, and the name a service that manages a secret
-# gives it ("rds!cluster-<uuid>": only AWS may use "!", so any other name with one is no name AWS allows).
-_ARN_SUFFIX = re.compile(r"-[A-Za-z0-9]{6}$")
-_MANAGED_SECRET = re.compile(rf"[a-z]+![a-z]+-{_UUID}")
-_ARN_NAME_SEPARATORS = re.compile(r"[/_+=.@-]")
-# A Google Cloud project's id (a project's number is digits) and an Azure Key Vault's name, as each cloud allows.
-_GOOGLE_PROJECT = re.compile(r"[a-z][a-z0-9-]{4,28}[a-z0-9]")
-_KEY_VAULT_NAME = re.compile(r"[a-z0-9-]{3,24}")
 # A password written with digits for letters reads as a name to the randomness test ("P4ss", "s3cr3t"): its words
 # read back with the letters, where the part as written has none of them ("db-password-2024" has its word already).
 _LEET = str.maketrans("430157", "aeoist")
-# A version's id in a UUID's shape, in lower-case hex as AWS's tools give it ...
-_UUID_SHAPED = re.compile(_UUID)
+# A version's id in a UUID's shape, as AWS's tools give it ...
+_UUID_SHAPED = re.compile(r"[A-Za-z0-9]{8}-[A-Za-z0-9]{4}-[A-Za-z0-9]{4}-[A-Za-z0-9]{4}-[A-Za-z0-9]{12}")
 # ... or its 32 hex digits alone as a program writes uuid4().hex (in one case: a random key's mixed case is no hex a
 # program prints), only under a secret's id: under a credential's name it is an Azure OpenAI or Cognitive Services
 # key's very shape.
@@ -86,10 +72,14 @@ def names_stored_secret(value: str) -> bool:
     """Whether ``value``, given to a ``SECRET_ID``, ``SECRET_ARN`` or ``SECRET_REF`` (AWS's ``--secret-id``),
     names a secret a secret store keeps rather than being one: an AWS Secrets Manager ARN (a JSON key after it
     too, as ECS's ``valueFrom`` has it), a Google Secret Manager resource name
-    (``projects/my-project/secrets/db/versions/latest``, a regional one too), an Azure Key Vault secret's URI, a
-    1Password ``op://`` reference, whose every part reads as a name or is an id its store makes
-    (:func:`names_store_reference`), or a path (``prod/db``, ``prod/AppBeta/MySql``, ``kv/prod/db-2``) of words as
-    people name a secret (:func:`_names_segment`). A single word is not one: HashiCorp Vault's
+    (``projects/p/secrets/db/versions/latest``, a regional one too), an Azure Key Vault secret's URI, a 1Password
+    ``op://`` reference, or a path (``prod/db``, ``prod/AppBeta/MySql``, ``kv/prod/db-2``) of words as people
+    name a secret (:func:`_names_segment`). A reference's parts a person names (an ARN's JSON key and version
+    stage, a Google or an Azure secret's name, a 1Password field) take any name the store allows
+    (``ConnectionStrings--DefaultConnection``, ``:clientID::``, ``op://Private/GitHub/2fa``) but one that looks
+    like a secret's value (:func:`_holds_secret_value`): ``op://vault/item/hunter2SECRET9f8e`` holds the secret
+    where its field's name goes. An ARN's secret name is
+    not (AWS ends it with six random characters, and one AWS makes starts "rds!"). A single word is not one: HashiCorp Vault's
     AppRole ``secret_id`` is a credential (a UUID, or any string given), and a password may read as a word or a
     name (``letmein``, ``correct-horse-battery``)."""
     if _store_reference(value) is not None:
@@ -101,16 +91,15 @@ def names_stored_secret(value: str) -> bool:
 
 def names_store_reference(value: str, *, secrets_id: bool = False) -> bool:
     """Whether ``value`` is a secret store's reference to a secret (an AWS Secrets Manager ARN, a Google Secret
-    Manager resource name, an Azure Key Vault secret's URI, a 1Password ``op://`` reference) whose every part that
-    can carry text reads as a name or is an id its store makes (:func:`_names_part`):
-    ``op://vault/item/hunter2SECRET9f8e`` holds the secret where its field's name goes. It is what 1Password's
-    ``op run`` and ECS's ``valueFrom`` replace with the secret, so no secret under any name
-    (``OPENAI_API_KEY=op://dev/openai/credential``). Given under a secret's id (``secrets_id``:
-    :func:`names_secrets_id`), a version's id may be a UUID's hex digits alone and a 1Password field its id
+    Manager resource name, an Azure Key Vault secret's URI, a 1Password ``op://`` reference) whose parts a person
+    names read as names (:func:`_holds_secret_value`): what 1Password's ``op run`` and ECS's ``valueFrom`` replace
+    with the secret, so no secret under any name (``OPENAI_API_KEY=op://dev/openai/credential``). Given under a
+    secret's id (``secrets_id``: :func:`names_secrets_id`), a version's id may be a UUID's hex digits alone
     (:func:`_an_id`)."""
     reference = _store_reference(value)
-    return reference is not None and all(_names_part(kind, part, secrets_id=secrets_id)
-                                         for kind, part in reference.groupdict().items() if part)
+    return reference is not None and not any(
+        part and _holds_secret_value(part) and not _an_id(kind, part, secrets_id=secrets_id)
+        for kind, part in reference.groupdict().items())
 
 
 def _store_reference(value: str) -> re.Match[str] | None:
@@ -118,39 +107,12 @@ def _store_reference(value: str) -> re.Match[str] | None:
     return next(filter(None, (pattern.fullmatch(value) for pattern in _SECRET_STORE_NAMES)), None)
 
 
-def _names_part(kind: str, part: str, *, secrets_id: bool) -> bool:
-    """Whether a reference's part reads as a name (not :func:`_holds_secret_value`) or is an id its store makes:
-    an ARN's secret name judged a piece at a time (:func:`_names_aws_secret`), a 1Password vault's or item's id, a
-    Google project's id read as a name or its number, a Key Vault's name read as a name, or :func:`_an_id`."""
-    if kind == "arn_name":
-        return _names_aws_secret(part)
-    if kind in ("vault", "item") and _ONE_PASSWORD_ID.fullmatch(part):
-        return True
-    if kind == "project" and not part.isdigit() and _GOOGLE_PROJECT.fullmatch(part) is None:
-        return False
-    if kind == "key_vault" and _KEY_VAULT_NAME.fullmatch(part) is None:
-        return False
-    return (kind == "project" and part.isdigit()) or _an_id(kind, part, secrets_id=secrets_id) or (
-        not _holds_secret_value(part))
-
-
-def _names_aws_secret(name: str) -> bool:
-    """Whether an ARN's secret name reads as a name: each piece between the separators AWS allows (``/ _ + = . @
-    -``) read as one, the six random characters AWS ends it with aside; or the name a service that manages the
-    secret gives it (``rds!cluster-<uuid>``)."""
-    name = _ARN_SUFFIX.sub("", name)
-    if "!" in name:
-        return _MANAGED_SECRET.fullmatch(name) is not None
-    return not any(piece and _holds_secret_value(piece) for piece in _ARN_NAME_SEPARATORS.split(name))
-
-
 def _an_id(kind: str, part: str, *, secrets_id: bool) -> bool:
-    """Whether a reference's part is an id its store makes: a 1Password field's under a secret's id, or a version's
-    after an ARN in the UUID's shape AWS's tools give it, without its dashes too under a secret's id (another
-    ClientRequestToken is judged as any part is)."""
+    """Whether a reference's part is an id its store makes: a 1Password field's, or a version's after an ARN in the
+    UUID's shape AWS's tools give it, without its dashes too under a secret's id (another ClientRequestToken is
+    judged as any part is)."""
     version = _UUID_SHAPED.fullmatch(part) is not None or (secrets_id and _UUID_HEX.fullmatch(part) is not None)
-    field = secrets_id and _ONE_PASSWORD_ID.fullmatch(part) is not None
-    return (kind == "field" and field) or (kind == "version" and version)
+    return (kind == "field" and _ONE_PASSWORD_ID.fullmatch(part) is not None) or (kind == "version" and version)
 
 
 def _holds_secret_value(part: str) -> bool:
