@@ -2,10 +2,9 @@
 ``--secret-id``), so that :mod:`config_registry.credentials` stores it as a reference rather than refusing it as
 the secret.
 
-    from config_registry.stores import names_secrets_id, names_store_reference, names_stored_secret
+    from config_registry.stores import names_secrets_id, names_stored_secret
 
     names_secrets_id("DB_SECRET_ARN")          # True
-    names_store_reference("op://dev/openai/credential")  # True: 1Password's reference, under any name
     names_stored_secret("prod/crm-db")         # True: a path of words as people name a secret
     names_stored_secret("hunter2SECRET9f8e")   # False: a single word may be the secret itself
 
@@ -82,24 +81,13 @@ def names_stored_secret(value: str) -> bool:
     not (AWS ends it with six random characters, and one AWS makes starts "rds!"). A single word is not one: HashiCorp Vault's
     AppRole ``secret_id`` is a credential (a UUID, or any string given), and a password may read as a word or a
     name (``letmein``, ``correct-horse-battery``)."""
-    if _store_reference(value) is not None:
-        return names_store_reference(value, secrets_id=True)
+    reference = _store_reference(value)
+    if reference is not None:
+        return not any(part and _holds_secret_value(part) and not _an_id(kind, part)
+                       for kind, part in reference.groupdict().items())
     segments = value.split("/")
     return (len(segments) > 1 and _SECRET_PATH.fullmatch(value) is not None and known_shape(value) is None
             and all(map(_names_segment, segments)))
-
-
-def names_store_reference(value: str, *, secrets_id: bool = False) -> bool:
-    """Whether ``value`` is a secret store's reference to a secret (an AWS Secrets Manager ARN, a Google Secret
-    Manager resource name, an Azure Key Vault secret's URI, a 1Password ``op://`` reference) whose parts a person
-    names read as names (:func:`_holds_secret_value`): what 1Password's ``op run`` and ECS's ``valueFrom`` replace
-    with the secret, so no secret under any name (``OPENAI_API_KEY=op://dev/openai/credential``). Given under a
-    secret's id (``secrets_id``: :func:`names_secrets_id`), a version's id may be a UUID's hex digits alone
-    (:func:`_an_id`)."""
-    reference = _store_reference(value)
-    return reference is not None and not any(
-        part and _holds_secret_value(part) and not _an_id(kind, part, secrets_id=secrets_id)
-        for kind, part in reference.groupdict().items())
 
 
 def _store_reference(value: str) -> re.Match[str] | None:
@@ -107,11 +95,11 @@ def _store_reference(value: str) -> re.Match[str] | None:
     return next(filter(None, (pattern.fullmatch(value) for pattern in _SECRET_STORE_NAMES)), None)
 
 
-def _an_id(kind: str, part: str, *, secrets_id: bool) -> bool:
+def _an_id(kind: str, part: str) -> bool:
     """Whether a reference's part is an id its store makes: a 1Password field's, or a version's after an ARN in the
-    UUID's shape AWS's tools give it, without its dashes too under a secret's id (another ClientRequestToken is
-    judged as any part is)."""
-    version = _UUID_SHAPED.fullmatch(part) is not None or (secrets_id and _UUID_HEX.fullmatch(part) is not None)
+    UUID's shape AWS's tools give it, with or without its dashes (another ClientRequestToken is judged as any part
+    is). Only under a secret's id: under a credential's name, 32 hex digits are an Azure OpenAI key's shape."""
+    version = _UUID_SHAPED.fullmatch(part) is not None or _UUID_HEX.fullmatch(part) is not None
     return (kind == "field" and _ONE_PASSWORD_ID.fullmatch(part) is not None) or (kind == "version" and version)
 
 

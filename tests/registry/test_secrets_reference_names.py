@@ -475,32 +475,12 @@ def test_a_script_refused_for_a_password_flag_beside_a_stored_secret_id_says_not
     assert "give its path or reference" not in (refused.hint or "")
 
 
-# What 1Password's `op run` and ECS's `valueFrom` replace with the secret, given under the secret's own name.
-STORE_REFERENCES = [
-    "op://dev/openai/credential", "op://Private/OpenAI/api-key", f"{_ARN}:OPENAI_API_KEY::",
-    "projects/acme/secrets/openai-key/versions/latest", _KEY_VAULT + "OpenAIApiKey",
-]
-
-
-@pytest.mark.parametrize("value", STORE_REFERENCES)
-def test_a_secret_stores_reference_is_stored_under_any_secrets_name(value: str) -> None:
-    """Reviewed: a reference was taken only under a secret's id, so `OPENAI_API_KEY=op://dev/openai/credential`,
-    as `op run` takes it in an env file or map, was refused as a plaintext API key."""
-    component = _component(
-        env={"OPENAI_API_KEY": value, "DB_PASSWORD": value},
-        fields={"api_key": value, "client_secret": value},
-        args=["-c", f"OPENAI_API_KEY={value} op run -- python app.py --api-key {value}"],
-        source=f"OPENAI_API_KEY = {value!r}\n",
-    )
-    assert apply_references(component, {}) == component
-
-
 @pytest.mark.parametrize("value", [
     "op://vault/item/hunter2SECRET9f8e", "op://Prod/crm-db/P4ss", f"{_ARN}:hunter2SECRET9f8e::",
     "projects/acme/secrets/hunter2SECRET9f8e/versions/latest", _KEY_VAULT + "hunter2SECRET9f8e",
     "op://a/b/c hunter2SECRET9f8e", "prod/openai",  # a path alone is a reference only under a secret's id
 ])
-def test_a_secret_in_a_stores_reference_under_a_secrets_name_is_still_refused(value: str) -> None:
+def test_a_secret_in_a_stores_reference_under_a_credentials_name_is_refused_unechoed(value: str) -> None:
     for env, fields in (({"OPENAI_API_KEY": value}, None), (None, {"db_password": value})):
         refused = _refused(_component(env=env, fields=fields))
         assert value not in f"{refused.message} {refused.hint}"
