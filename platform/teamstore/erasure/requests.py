@@ -205,8 +205,8 @@ async def hash_keys(engine: AsyncEngine, knobs: ErasureSettings) -> list[str]:
 
 def keyed_by_database(knobs: ErasureSettings) -> bool:
     """Whether a request keeps its hash of the user id under the database's own id: the first of
-    :func:`hash_keys`, since ``TEAMSTORE_ERASURE_HASH_KEY`` is not given (nor the previous key, which the settings
-    refuse alone)."""
+    :func:`hash_keys`, since neither ``TEAMSTORE_ERASURE_HASH_KEY`` nor ``TEAMSTORE_ERASURE_HASH_KEY_PREVIOUS`` is
+    given (with only the previous key given, the hash is kept under that one)."""
     return not _given_keys(knobs)
 
 

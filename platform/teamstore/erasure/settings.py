@@ -11,7 +11,7 @@ settings still decide the database, the transcript store and transcript retentio
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr, ValidationInfo, field_validator
+from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
 from teamstore.limits import MAX_DAYS
@@ -62,19 +62,5 @@ class ErasureSettings(TypedSettings):
     )
     hash_key_previous: SecretStr | None = Field(
         default=None, description="The hash key before the current one, while requests held under it remain: they "
-        "are still matched (their own user's rerun keeps the hash under the current key from then on). Refused "
-        "without the current key.",
+        "are still matched (their own user's rerun keeps the hash under the current key from then on).",
     )
-
-    @field_validator("hash_key_previous", mode="after")
-    @classmethod
-    def _with_current(cls, value: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
-        # Alone it is a rotation half done (the new key not yet given, or the old one left behind): new requests'
-        # hashes would go on under the key being retired, and nothing would say so. Refused when the settings are
-        # read, as every other setting given by mistake is (settings warn of nothing).
-        if value is not None and info.data.get("hash_key") is None:
-            raise ValueError("is set without TEAMSTORE_ERASURE_HASH_KEY: the previous key is only kept beside the "
-                             "current one while a rotation's held requests remain; set TEAMSTORE_ERASURE_HASH_KEY "
-                             "to the new key too, or, to keep the one you have, give it as "
-                             "TEAMSTORE_ERASURE_HASH_KEY and unset TEAMSTORE_ERASURE_HASH_KEY_PREVIOUS")
-        return value
