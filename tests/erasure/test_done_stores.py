@@ -7,6 +7,7 @@ into the first meanwhile was never listed again, and the request completed with 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -357,9 +358,10 @@ async def test_a_dry_run_takes_a_store_the_open_request_left_holding_for_held_by
 
     transcripts = plan.stores["transcripts"]
     assert transcripts.counts.objects == 2, transcripts  # the one here, and the copy restored beside the held one
-    assert transcripts.detail == (
+    assert re.fullmatch(re.escape(  # with when that pass found them, as the receipt names it
         f"a real run would list again, and erase what no hold keeps there: {locked.url}; held in other stores, "
-        f"counted as the pass of request req-held-plan there found them: 1 in {locked.url}")
+        f"counted as the pass of request req-held-plan there found them: 1 in {locked.url}"
+    ) + r" \(at \d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ\)", transcripts.detail or ""), transcripts
     receipt = await coordinator(engine, moved).run(USER, request_id="req-held-plan")
     assert f"held in other stores, counted as this request's pass there found them: 1 in {locked.url}" in (
         receipt.stores["transcripts"].detail or ""), receipt

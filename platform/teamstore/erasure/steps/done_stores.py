@@ -132,7 +132,8 @@ async def planned(ctx: StepContext) -> tuple[Counts, str | None]:
             await _close(ctx, store)
         listed.append(url)
     by = f"the pass of request {shlex.quote(request_id)}" if request_id else ""
-    return found, "; ".join(filter(None, [_plan_words(listed, beyond), held_elsewhere(held, by)])) or None
+    times = await part_times(ctx.engine, request_id, TRANSCRIPTS) if request_id and held else None
+    return found, "; ".join(filter(None, [_plan_words(listed, beyond), held_elsewhere(held, by, times=times)])) or None
 
 
 async def _still_to_empty(ctx: StepContext, others: list[str]) -> str:
