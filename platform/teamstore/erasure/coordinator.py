@@ -148,6 +148,8 @@ class DeletionCoordinator:
             ErasureConflict: Another request is open for the user, or another process runs this one, or a new
                 request's id differs from a stored request's only in letter case or surrounding spaces, or the
                 request was filed for another user (a held one too: it keeps a keyed hash of the id).
+            ConfigurationError: ``TEAMSTORE_ERASURE_HASH_KEY_PREVIOUS`` is given without
+                ``TEAMSTORE_ERASURE_HASH_KEY`` (a dry run too); nothing is stored.
             StoreUnavailable: The database is down (the request, if opened, resumes on a rerun).
         """
         receipt = await self._run(user_id, request_id, reason, dry_run, requested_by=requested_by, operator=operator)
@@ -165,6 +167,8 @@ class DeletionCoordinator:
         check_person("requested_by", requested_by)
         check_not_naming("reason", reason, user_id)
         check_not_naming("requested_by", requested_by, user_id)
+        # Before anything is stored, and in a dry run too, which hashes no id for a new request: refused as the run is.
+        requests.check_hash_keys(self.knobs)
         if dry_run:  # refused as the run would refuse it
             stored = None if request_id is None else await requests.get_request(self.engine, rid)
             if stored is None:

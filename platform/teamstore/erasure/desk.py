@@ -213,6 +213,8 @@ async def near_user_match(
     ``statuses`` and ``overdue``: the listing's filters; a request they leave out is no twin (:func:`near_tables`).
 
     Raises:
+        ConfigurationError: The previous hash key is given without the current one
+            (:func:`teamstore.erasure.requests.check_hash_keys`).
         StoreUnavailable: The database could not be reached.
     """
     listed = listed_by(statuses, overdue, shared_now(engine.dialect.name))
@@ -233,6 +235,8 @@ async def near_held(
     (:func:`listed_by`).
 
     Raises:
+        ConfigurationError: The previous hash key is given without the current one
+            (:func:`teamstore.erasure.requests.check_hash_keys`).
         StoreUnavailable: The database could not be reached.
     """
     r, keys = erasure_requests.c, await requests.hash_keys(engine, knobs)

@@ -40,6 +40,8 @@ class ErasureRequestsExporter:
         """Write each request (its id, dates, extension, who asked and ran it, each store's step).
 
         Raises:
+            ConfigurationError: The previous hash key is given without the current one
+                (:func:`teamstore.erasure.requests.check_hash_keys`).
             StoreUnavailable: The database could not be reached.
         """
         r = erasure_requests.c

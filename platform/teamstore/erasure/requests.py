@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from pydantic import SecretStr
 from sqlalchemy import or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -37,7 +38,7 @@ from teamstore.erasure.receipt import FINISHED, Extension, RequestStatus, user_h
 from teamstore.erasure.request_checks import check_new_request_id, check_request_id, made_by_teamstore
 from teamstore.erasure.schema import erasure_requests, folded_id
 from teamstore.erasure.settings import ErasureSettings
-from teamstore.errors import ErasureConflict, ErasureRequestNotFound, StoreUnavailable
+from teamstore.errors import ConfigurationError, ErasureConflict, ErasureRequestNotFound, StoreUnavailable
 from teamstore.export.nearby import check_stored_if_unusable
 
 _NOT_REPEATED = "not repeated here: it may be a user's words"
@@ -188,6 +189,7 @@ async def user_hashes(engine: AsyncEngine, knobs: ErasureSettings, user_id: str)
     keeps.
 
     Raises:
+        ConfigurationError: The previous key is given without the current one (:func:`check_hash_keys`).
         StoreUnavailable: The database could not be reached.
     """
     return tuple(user_hash(user_id, key) for key in await hash_keys(engine, knobs))
@@ -197,21 +199,50 @@ async def hash_keys(engine: AsyncEngine, knobs: ErasureSettings) -> list[str]:
     """The keys :func:`user_hashes` hashes under, in its order, each once.
 
     Raises:
+        ConfigurationError: The previous key is given without the current one (:func:`check_hash_keys`).
         StoreUnavailable: The database could not be reached.
     """
+    check_hash_keys(knobs)
     ours = await database_id(engine)
     return list(dict.fromkeys([*_given_keys(knobs), ours]))
 
 
+def check_hash_keys(knobs: ErasureSettings) -> None:
+    """Refuse ``TEAMSTORE_ERASURE_HASH_KEY_PREVIOUS`` given without ``TEAMSTORE_ERASURE_HASH_KEY`` (an empty or
+    blank key is not given), naming neither key's value.
+
+    Raises:
+        ConfigurationError: The previous key is given and the current one is not.
+    """
+    # A rotation half done (the new key not given yet, or the old one left behind): every new request's hash would
+    # go on under the key being retired, unwarned. Refused where a hash is made, not when the settings are read:
+    # the retention sweep reads them for the fence grace alone, and goes on forgetting quiet users.
+    if _given(knobs.hash_key_previous) is not None and _given(knobs.hash_key) is None:
+        raise ConfigurationError(
+            "TEAMSTORE_ERASURE_HASH_KEY_PREVIOUS is set without TEAMSTORE_ERASURE_HASH_KEY (unset, empty or blank): "
+            "the previous key is only kept beside the current one while requests held under it remain, and alone "
+            "it would key every new request's hash of the user id under the key being retired",
+            hint="set TEAMSTORE_ERASURE_HASH_KEY to the current key; or, to keep the key you have, give it as "
+            "TEAMSTORE_ERASURE_HASH_KEY and unset TEAMSTORE_ERASURE_HASH_KEY_PREVIOUS",
+        )
+
+
 def keyed_by_database(knobs: ErasureSettings) -> bool:
     """Whether a request keeps its hash of the user id under the database's own id: the first of
-    :func:`hash_keys`, since neither ``TEAMSTORE_ERASURE_HASH_KEY`` nor ``TEAMSTORE_ERASURE_HASH_KEY_PREVIOUS`` is
-    given (with only the previous key given, the hash is kept under that one)."""
+    :func:`hash_keys`, since ``TEAMSTORE_ERASURE_HASH_KEY`` is not given (nor the previous key, refused alone)."""
     return not _given_keys(knobs)
 
 
 def _given_keys(knobs: ErasureSettings) -> list[str]:
-    return [secret.get_secret_value() for secret in (knobs.hash_key, knobs.hash_key_previous) if secret]
+    return [key for key in (_given(knobs.hash_key), _given(knobs.hash_key_previous)) if key is not None]
+
+
+def _given(secret: SecretStr | None) -> str | None:
+    """The key's value, or ``None`` when it is unset, empty or only whitespace."""
+    # A variable left blank (`KEY=" "` in a manifest, `SecretStr("")` in code) gives no key: a hash under it would be
+    # keyed by a value anyone can guess, and beside a previous key it would pass for the current one.
+    value = secret.get_secret_value() if secret is not None else ""
+    return value if value.strip() else None
 
 
 async def open_request(
