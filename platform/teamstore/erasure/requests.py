@@ -208,8 +208,8 @@ async def hash_keys(engine: AsyncEngine, knobs: ErasureSettings) -> list[str]:
 
 
 def check_hash_keys(knobs: ErasureSettings) -> None:
-    """Refuse ``TEAMSTORE_ERASURE_HASH_KEY_PREVIOUS`` given without ``TEAMSTORE_ERASURE_HASH_KEY`` (an empty or
-    blank key is not given), naming neither key's value.
+    """Refuse ``TEAMSTORE_ERASURE_HASH_KEY_PREVIOUS`` given without ``TEAMSTORE_ERASURE_HASH_KEY`` (an empty key is
+    not given), naming neither key's value.
 
     Raises:
         ConfigurationError: The previous key is given and the current one is not.
@@ -219,7 +219,7 @@ def check_hash_keys(knobs: ErasureSettings) -> None:
     # the retention sweep reads them for the fence grace alone, and goes on forgetting quiet users.
     if _given(knobs.hash_key_previous) is not None and _given(knobs.hash_key) is None:
         raise ConfigurationError(
-            "TEAMSTORE_ERASURE_HASH_KEY_PREVIOUS is set without TEAMSTORE_ERASURE_HASH_KEY (unset, empty or blank): "
+            "TEAMSTORE_ERASURE_HASH_KEY_PREVIOUS is set without TEAMSTORE_ERASURE_HASH_KEY (unset or empty): "
             "the previous key is only kept beside the current one while requests held under it remain, and alone "
             "it would key every new request's hash of the user id under the key being retired",
             hint="set TEAMSTORE_ERASURE_HASH_KEY to the current key; or, to keep the key you have, give it as "
@@ -238,11 +238,11 @@ def _given_keys(knobs: ErasureSettings) -> list[str]:
 
 
 def _given(secret: SecretStr | None) -> str | None:
-    """The key's value, or ``None`` when it is unset, empty or only whitespace."""
-    # A variable left blank (`KEY=" "` in a manifest, `SecretStr("")` in code) gives no key: a hash under it would be
-    # keyed by a value anyone can guess, and beside a previous key it would pass for the current one.
+    """The key's value, or ``None`` when it is unset or empty."""
+    # Whitespace is a key's value as any other: requests held under such a key are matched by it, and the
+    # receipt's hash (receipt.subject_hash) is keyed by it too, so the check and the hashes agree.
     value = secret.get_secret_value() if secret is not None else ""
-    return value if value.strip() else None
+    return value or None
 
 
 async def open_request(

@@ -63,5 +63,5 @@ class ErasureSettings(TypedSettings):
     hash_key_previous: SecretStr | None = Field(
         default=None, description="The hash key before the current one, while requests held under it remain: they "
         "are still matched (their own user's rerun keeps the hash under the current key from then on). Without the "
-        "current key (unset, empty or blank), whatever hashes an id for a request refuses it.",
+        "current key (unset or empty), whatever hashes an id for a request refuses it.",
     )
