@@ -31,12 +31,16 @@ _SECRET_REFERENCE_LAST = frozenset({"id", "arn", "ref", "reference"})
 # (_holds_secret_value), not by how a path's words are written. The other groups (an ARN's partition, region and
 # secret name, a Google project and location, a Key Vault's name and version, a 1Password vault, item and section)
 # are judged only under a credential's name (names_store_reference).
+# The numbers a store writes, in ASCII digits (\d and str.isdigit take any script's): a Google project's number
+# (12 digits, as Google gives them), and a number of four digits at most after a part's first word (us-east-1).
+_PROJECT_NUMBER = re.compile(r"[0-9]{6,13}")
+_SHORT_NUMBER = re.compile(r"[0-9]{1,4}")
 _SECRET_STORE_NAMES = (
-    re.compile(r"arn:(?P<partition>aws[a-z-]*):secretsmanager:(?P<region>[a-z0-9-]+):\d{12}:secret:"
+    re.compile(r"arn:(?P<partition>aws[a-z-]*):secretsmanager:(?P<region>[a-z0-9-]+):[0-9]{12}:secret:"
                r"(?P<arn_name>[A-Za-z0-9/_+=.@!-]+)"
                r"(?::(?P<key>[A-Za-z0-9_.-]*)(?::(?P<stage>[A-Za-z0-9_.-]*)(?::(?P<version>[A-Za-z0-9_-]{32,64})?)?)?)?"),
     re.compile(r"projects/(?P<project>[A-Za-z0-9_-]+)(?:/locations/(?P<location>[a-z0-9-]+))?"
-               r"/secrets/(?P<name>[A-Za-z0-9_-]+)(?:/versions/(?:latest|\d+))?"),
+               r"/secrets/(?P<name>[A-Za-z0-9_-]+)(?:/versions/(?:latest|[0-9]{1,9}))?"),
     re.compile(r"https://(?P<key_vault>[a-z0-9-]+)\.vault\.(?:azure\.net|usgovcloudapi\.net|azure\.cn)"
                r"/secrets/(?P<name>[A-Za-z0-9-]+)(?:/(?P<vault_version>[0-9a-f]{32}))?/?"),
     re.compile(r"op://(?P<vault>[A-Za-z0-9_.-]+)/(?P<item>[A-Za-z0-9_.-]+)(?:/(?P<section>[A-Za-z0-9_.-]+))?"
@@ -65,7 +69,7 @@ _SECRET_PATH = re.compile(r"[A-Za-z0-9/_.-]{3,512}")  # no symbol a password tak
 _PATH_WORD_SEPARATORS = re.compile(r"[-_.]")
 # A word of a secret's name: lower, upper or camel case, then one digit at most; two letters at least, or one and a
 # digit.
-_NAME_WORD = re.compile(r"(?=[A-Za-z]{2}|[A-Za-z]\d)(?:[a-z]+|[A-Z]+|[A-Z]?[a-z]+(?:[A-Z][a-z]+)*)\d?")
+_NAME_WORD = re.compile(r"(?=[A-Za-z]{2}|[A-Za-z][0-9])(?:[a-z]+|[A-Z]+|[A-Z]?[a-z]+(?:[A-Z][a-z]+)*)[0-9]?")
 
 
 # Under a credential's name, a reference's every part is read a word at a time (split at runs of "-", "_" and ".",
@@ -78,8 +82,8 @@ _ACRONYMS = ("API", "AI", "ID", "DB", "SQL", "JWT", "AWS", "GCP", "AD", "KV", "U
              "LLM", "GPT", "MCP", "PAT", "OTP", "IAM", "CRM", "RSA", "SAS", "RDS", "SA", "HF", "GH")
 _ACRONYM = "|".join(sorted(_ACRONYMS, key=len, reverse=True))
 _CREDENTIAL_NAME_WORD = re.compile(
-    rf"(?:[A-Za-z](?=\d)|[A-Z]{{2,}}|(?:[a-z]{{2,}}|[A-Z][a-z]{{2,}}|(?:{_ACRONYM})(?=[A-Z][a-z]))"
-    rf"(?:[A-Z][a-z]{{2,}}|(?:{_ACRONYM})(?![a-z]))*)\d?")
+    rf"(?:[A-Za-z](?=[0-9])|[A-Z]{{2,}}|(?:[a-z]{{2,}}|[A-Z][a-z]{{2,}}|(?:{_ACRONYM})(?=[A-Z][a-z]))"
+    rf"(?:[A-Z][a-z]{{2,}}|(?:{_ACRONYM})(?![a-z]))*)[0-9]?")
 _NAME_WORD_RUNS = re.compile(r"[-_.]+")
 # The six random characters AWS ends a secret's name with in its ARN ("prod/openai-AbCdEf"), no name's words.
 _ARN_SUFFIX = re.compile(r"-[A-Za-z0-9]{6}\Z")
@@ -167,7 +171,7 @@ def _names_segment(segment: str) -> bool:
     ``SMyWVeCSo``), a password's (``P4ss``, ``Pa55``, ``s3cr3t``) or a bare number (``hunter/2``) is none."""
     first, *rest = _PATH_WORD_SEPARATORS.split(segment)
     return _NAME_WORD.fullmatch(first) is not None and all(
-        _NAME_WORD.fullmatch(word) is not None or (word.isdigit() and len(word) <= 4) for word in rest)
+        _NAME_WORD.fullmatch(word) is not None or _SHORT_NUMBER.fullmatch(word) is not None for word in rest)
 
 
 def _names_reference_part(kind: str, part: str) -> bool:
@@ -175,7 +179,7 @@ def _names_reference_part(kind: str, part: str) -> bool:
     (:func:`_holds_secret_value`) and each word a name's (:data:`_CREDENTIAL_NAME_WORD`), a number of four digits at
     most after the first (``us-east-1``); an ARN's secret name a path's segment at a time, the six characters AWS
     ends it with read only for a password's look; a Google project's number as it is."""
-    if kind == "project" and part.isdigit():
+    if kind == "project" and _PROJECT_NUMBER.fullmatch(part) is not None:
         return True
     if kind == "arn_name":
         name, suffix = _ARN_SUFFIX.sub("", part), part[-6:]
@@ -185,4 +189,4 @@ def _names_reference_part(kind: str, part: str) -> bool:
                 and all(_names_reference_part("segment", segment) for segment in name.split("/")))
     first, *rest = _NAME_WORD_RUNS.split(part)
     return not _holds_secret_value(part) and _CREDENTIAL_NAME_WORD.fullmatch(first) is not None and all(
-        _CREDENTIAL_NAME_WORD.fullmatch(word) is not None or (word.isdigit() and len(word) <= 4) for word in rest)
+        _CREDENTIAL_NAME_WORD.fullmatch(word) is not None or _SHORT_NUMBER.fullmatch(word) is not None for word in rest)

@@ -50,6 +50,13 @@ SECRETS_IN_A_PART = [
     "https://myvault.vault.azure.net/secrets/openai/9f8e7d6c5b4a39281706f5e4d3c2b1a0",
     # a bare path is no store's reference: under a credential's name it may be a user and password pair
     "prod/openai",
+    # a number no store writes where one goes: a Google version or project number of any length, any script's digits
+    "projects/my-project/secrets/db/versions/49823749823749823749823749823749873294",
+    "projects/98237498237498237498237498237498234/secrets/openai",
+    "projects/my-project/secrets/openai/versions/\u0663\u0664\u0665\u0666\u0667\u0668\u0669\u0660\u0661\u0662",
+    "arn:aws:secretsmanager:us-east-1:\u0661\u0662\u0663\u0664\u0665\u0666\u0667\u0668\u0669\u0660\u0661\u0662"
+    ":secret:prod/openai-AbCdEf",
+    "op://dev/openai\u0661\u0662/credential", "op://dev/openai/key-\u0661\u0662\u0663",
 ]
 
 # B: what a secret's id took before a reference was taken under a credential's name, taken still.
@@ -113,3 +120,4 @@ def test_a_stores_reference_refused_under_a_credentials_name_says_why(component:
     with pytest.raises(DefinitionInvalid) as caught:
         apply_references(other, {})
     assert "secret store's reference" not in (caught.value.hint or "")
+
