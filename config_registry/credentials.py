@@ -40,7 +40,7 @@ from config_registry.programs import program_passwords
 from config_registry.shapes import known_shape
 from config_registry.shell import command_word, decoded_script, encoded_script_at, scripts, simple_commands
 from config_registry.shell import words as shell_words
-from config_registry.stores import names_secrets_id, names_store_reference, names_stored_secret
+from config_registry.stores import names_secrets_id, names_stored_secret
 
 # Query parameter names that carry a credential in signed and keyed URLs: Azure SAS ``sig``, Azure
 # Functions ``code``, S3's ``X-Amz-Signature``, Google's ``key``.
@@ -360,13 +360,10 @@ def encoded_script_credential(words: list[str]) -> str | None:
 
 def holds_no_credential(name: str, value: str) -> bool:
     """Whether a value given to a credential's name holds none: one that says where the credential is
-    (:func:`is_reference_setting`), a secret store's reference a runner replaces with the secret, judged strictly
-    (``OPENAI_API_KEY=op://dev/openai/credential``: :func:`~config_registry.stores.names_store_reference`; under a
-    secret's id, :func:`is_reference_setting` alone judges it) or, under a key's or a token's name but an
-    application's own (:func:`~config_registry.names.names_key_or_token`), a dummy key a local model server asks for
+    (:func:`is_reference_setting`) or, under a key's or a token's name but an application's own
+    (:func:`~config_registry.names.names_key_or_token`), a dummy key a local model server asks for
     (:func:`~config_registry.placeholders.is_dummy_key`: ``api_key="EMPTY"``, ``OPENAI_API_KEY=ollama``)."""
-    store_reference = not names_secrets_id(name) and names_store_reference(value.strip())
-    return is_reference_setting(name, value) or store_reference or (names_key_or_token(name) and is_dummy_key(value))
+    return is_reference_setting(name, value) or (names_key_or_token(name) and is_dummy_key(value))
 
 
 def is_reference_setting(name: str, value: str) -> bool:

@@ -36,7 +36,7 @@ from config_registry.names import holds_secret_command, is_secret_field
 from config_registry.programs import program_passwords
 from config_registry.shell import encoded_script_at, posix_script_at
 from config_registry.source import source_credential
-from config_registry.stores import is_store_reference, names_secrets_id
+from config_registry.stores import names_secrets_id
 
 MASK = "**********"
 REFERENCE_KEY = "$secret"
@@ -89,25 +89,13 @@ def _check_plaintext(path: str, key: str, value: Any) -> None:
             "secrets",
             field=f"config.{path}",
             hint=f"remove the value from the definition and declare a reference: --secret {path}=env:VARIABLE"
-            f"{_reference_note(value, secret_id=names_secrets_id(key))}",
+            f"{_SECRET_ID_NOTE if names_secrets_id(key) else ''}",
         )
 
 
 # Said to a secret's id refused: a single word may be a password, so only a path or a store's reference is stored.
 _SECRET_ID_NOTE = ("; if it names where a secret store keeps the secret, give its path or reference (prod/db, an "
                    "ARN, projects/p/secrets/s, op://vault/item/field), or call the setting SECRET_NAME")
-# Said to a secret store's reference refused under a credential's name (stores.names_store_reference).
-_STORE_REFERENCE_NOTE = ("; a secret store's reference is taken under a credential's name only when every part of it "
-                         "reads as a name (words in lower, upper or camel case), not an id (a 1Password id, a "
-                         "version's) nor a random or password-like word")
-
-
-def _reference_note(value: Any, *, secret_id: bool) -> str:
-    """What a refusal's hint adds on how to give a reference instead: under a secret's id, which references it
-    takes; given a store's reference under a credential's name, why it was not taken."""
-    if secret_id:
-        return _SECRET_ID_NOTE
-    return _STORE_REFERENCE_NOTE if isinstance(value, str) and is_store_reference(value) else ""
 
 
 def _name_of(path: str, key: str, parent: Any) -> str | None:
@@ -162,7 +150,7 @@ def _check_undeclared(path: str, key: str, value: Any, parent: Any, *, shell_run
         # line by those in it (``sh -c "aws ... --secret-id VALUE"``): what says how to give a reference instead.
         named = argument_name(parent, int(key)) if isinstance(parent, list) else None
         secret_id = names_secrets_id(named or key) or (isinstance(value, str) and refuses_secret_id(value))
-        _refuse_plaintext(path, found, note=_reference_note(value, secret_id=secret_id))
+        _refuse_plaintext(path, found, secret_id=secret_id)
 
 
 def _found_in_value(path: str, key: str, value: Any, parent: Any, *, shell_runs: bool) -> str | None:
@@ -181,13 +169,13 @@ def _found_in_value(path: str, key: str, value: Any, parent: Any, *, shell_runs:
     return found
 
 
-def _refuse_plaintext(path: str, found: str, hint: str | None = None, *, note: str = "") -> NoReturn:
-    """``note``: what the default hint adds on how to give a reference instead (:func:`_reference_note`)."""
+def _refuse_plaintext(path: str, found: str, hint: str | None = None, *, secret_id: bool = False) -> NoReturn:
+    """``secret_id``: what is refused was given to a secret's id, ARN or ref, whose hint says how to name one."""
     raise DefinitionInvalid(
         f"holds a plaintext secret ({found}); the registry never stores secrets",
         field=f"config.{path}",
         hint=hint or f"take the value from the environment: --secret {path}=env:VARIABLE"
-        f"{note}",
+        f"{_SECRET_ID_NOTE if secret_id else ''}",
     )
 
 

@@ -2,10 +2,9 @@
 ``--secret-id``), so that :mod:`config_registry.credentials` stores it as a reference rather than refusing it as
 the secret.
 
-    from config_registry.stores import names_secrets_id, names_store_reference, names_stored_secret
+    from config_registry.stores import names_secrets_id, names_stored_secret
 
     names_secrets_id("DB_SECRET_ARN")          # True
-    names_store_reference("op://dev/openai/credential")  # True: under a credential's name too
     names_stored_secret("prod/crm-db")         # True: a path of words as people name a secret
     names_stored_secret("hunter2SECRET9f8e")   # False: a single word may be the secret itself
 
@@ -28,27 +27,16 @@ _SECRET_REFERENCE_LAST = frozenset({"id", "arn", "ref", "reference"})
 # without spaces (vault, item and section may be ids: 1Password's SDKs take only those). Its groups are the parts a
 # person names, in whatever words the store allows ("ConnectionStrings--DefaultConnection", "OPENAI__API_KEY",
 # "x509-cert", "2fa", ":clientID::"): a secret put in one is the secret itself, told by its look
-# (_holds_secret_value), not by how a path's words are written. The other groups (an ARN's partition, region and
-# secret name, a Google project and location, a Key Vault's name and version, a 1Password vault, item and section)
-# are judged only under a credential's name (names_store_reference).
-# The numbers a store writes, in ASCII digits (\d and str.isdigit take any script's): a Google project's number
-# (12 digits, as Google gives them), and a number of four digits at most after a part's first word (us-east-1).
-_PROJECT_NUMBER = re.compile(r"[0-9]{6,13}")
-_SHORT_NUMBER = re.compile(r"[0-9]{1,4}")
+# (_holds_secret_value), not by how a path's words are written.
 _SECRET_STORE_NAMES = (
-    re.compile(r"arn:(?P<partition>aws[a-z-]*):secretsmanager:(?P<region>[a-z0-9-]+):[0-9]{12}:secret:"
-               r"(?P<arn_name>[A-Za-z0-9/_+=.@!-]+)"
+    re.compile(r"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[A-Za-z0-9/_+=.@!-]+"
                r"(?::(?P<key>[A-Za-z0-9_.-]*)(?::(?P<stage>[A-Za-z0-9_.-]*)(?::(?P<version>[A-Za-z0-9_-]{32,64})?)?)?)?"),
-    re.compile(r"projects/(?P<project>[A-Za-z0-9_-]+)(?:/locations/(?P<location>[a-z0-9-]+))?"
-               r"/secrets/(?P<name>[A-Za-z0-9_-]+)(?:/versions/(?:latest|[0-9]{1,9}))?"),
-    re.compile(r"https://(?P<key_vault>[a-z0-9-]+)\.vault\.(?:azure\.net|usgovcloudapi\.net|azure\.cn)"
-               r"/secrets/(?P<name>[A-Za-z0-9-]+)(?:/(?P<vault_version>[0-9a-f]{32}))?/?"),
-    re.compile(r"op://(?P<vault>[A-Za-z0-9_.-]+)/(?P<item>[A-Za-z0-9_.-]+)(?:/(?P<section>[A-Za-z0-9_.-]+))?"
-               r"/(?P<field>[A-Za-z0-9_.-]+)"),
+    re.compile(r"projects/[A-Za-z0-9_-]+(?:/locations/[a-z0-9-]+)?/secrets/(?P<name>[A-Za-z0-9_-]+)"
+               r"(?:/versions/(?:latest|\d+))?"),
+    re.compile(r"https://[a-z0-9-]+\.vault\.(?:azure\.net|usgovcloudapi\.net|azure\.cn)/secrets/(?P<name>[A-Za-z0-9-]+)"
+               r"(?:/[0-9a-f]{32})?/?"),
+    re.compile(r"op://[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+){1,2}/(?P<field>[A-Za-z0-9_.-]+)"),
 )
-# The groups above a person names, the only ones judged under a secret's id (names_stored_secret); under a
-# credential's name every group is (names_store_reference).
-_NAMED_PARTS = frozenset({"key", "stage", "version", "name", "field"})
 # A 1Password field's id, which a reference may give in place of its name ("nerlnqbfzdm5q5g6ydsgdqgdw4").
 _ONE_PASSWORD_ID = re.compile(r"[a-z0-9]{26}")
 # A password written with digits for letters reads as a name to the randomness test ("P4ss", "s3cr3t"): its words
@@ -69,25 +57,7 @@ _SECRET_PATH = re.compile(r"[A-Za-z0-9/_.-]{3,512}")  # no symbol a password tak
 _PATH_WORD_SEPARATORS = re.compile(r"[-_.]")
 # A word of a secret's name: lower, upper or camel case, then one digit at most; two letters at least, or one and a
 # digit.
-_NAME_WORD = re.compile(r"(?=[A-Za-z]{2}|[A-Za-z][0-9])(?:[a-z]+|[A-Z]+|[A-Z]?[a-z]+(?:[A-Z][a-z]+)*)[0-9]?")
-
-
-# Under a credential's name, a reference's every part is read a word at a time (split at runs of "-", "_" and ".",
-# so .NET's "AzureOpenAI--ApiKey" and "OPENAI__API_KEY" too): a word is lower or upper case, or camel case of
-# capitalised words of three letters at least and the acronyms names of credentials use ("OpenAIApiKey",
-# "SQLPassword", "clientID"), one digit at most after it ("v2", "central1"). Taking any run of capitals as an
-# acronym would let four times as many random keys' pieces read as names ("TADxaASBMujr"), and a capitalised word of
-# two letters a random key's alternating case ("hUnTeRsEcReT", "AbCdEf"), which a bare path's _NAME_WORD takes.
-_ACRONYMS = ("API", "AI", "ID", "DB", "SQL", "JWT", "AWS", "GCP", "AD", "KV", "URL", "URI", "SSH", "TLS", "SSL",
-             "LLM", "GPT", "MCP", "PAT", "OTP", "IAM", "CRM", "RSA", "SAS", "RDS", "SA", "HF", "GH")
-_ACRONYM = "|".join(sorted(_ACRONYMS, key=len, reverse=True))
-_CREDENTIAL_NAME_WORD = re.compile(
-    rf"(?:[A-Za-z](?=[0-9])|[A-Z]{{2,}}|(?:[a-z]{{2,}}|[A-Z][a-z]{{2,}}|(?:{_ACRONYM})(?=[A-Z][a-z]))"
-    rf"(?:[A-Z][a-z]{{2,}}|(?:{_ACRONYM})(?![a-z]))*)[0-9]?")
-_NAME_WORD_RUNS = re.compile(r"[-_.]+")
-# The six random characters AWS ends a secret's name with in its ARN ("prod/openai-AbCdEf"), no name's words.
-_ARN_SUFFIX = re.compile(r"-[A-Za-z0-9]{6}\Z")
-_ARN_SECRET_NAME = re.compile(r"[A-Za-z0-9/_.-]+")  # under a credential's name, no symbol a password takes (@ ! + =)
+_NAME_WORD = re.compile(r"(?=[A-Za-z]{2}|[A-Za-z]\d)(?:[a-z]+|[A-Z]+|[A-Z]?[a-z]+(?:[A-Z][a-z]+)*)\d?")
 
 
 def names_secrets_id(name: str) -> bool:
@@ -114,28 +84,10 @@ def names_stored_secret(value: str) -> bool:
     reference = _store_reference(value)
     if reference is not None:
         return not any(part and _holds_secret_value(part) and not _an_id(kind, part)
-                       for kind, part in reference.groupdict().items() if kind in _NAMED_PARTS)
+                       for kind, part in reference.groupdict().items())
     segments = value.split("/")
     return (len(segments) > 1 and _SECRET_PATH.fullmatch(value) is not None and known_shape(value) is None
             and all(map(_names_segment, segments)))
-
-
-def names_store_reference(value: str) -> bool:
-    """Whether ``value``, given under a credential's name, is a secret store's reference that a runner replaces
-    with the secret (1Password's ``op run``: ``OPENAI_API_KEY=op://dev/openai/credential``; ECS's ``valueFrom``),
-    judged more strictly than under a secret's id (:func:`names_stored_secret`), since a random key is as likely
-    there: no known key's shape in it, and every part that can carry text reads as a name
-    (:func:`_names_reference_part`), an id a store makes included (a 1Password id, a version's), whose shape a
-    random key has. Only the numbers a store puts there are taken as they are: an ARN's 12-digit account, a Google
-    project's and a version's number."""
-    reference = _store_reference(value)
-    return reference is not None and known_shape(value) is None and all(
-        _names_reference_part(kind, part) for kind, part in reference.groupdict().items() if part)
-
-
-def is_store_reference(value: str) -> bool:
-    """Whether ``value`` is written as a secret store's reference (:data:`_SECRET_STORE_NAMES`), whatever its parts."""
-    return _store_reference(value.strip()) is not None
 
 
 def _store_reference(value: str) -> re.Match[str] | None:
@@ -171,22 +123,4 @@ def _names_segment(segment: str) -> bool:
     ``SMyWVeCSo``), a password's (``P4ss``, ``Pa55``, ``s3cr3t``) or a bare number (``hunter/2``) is none."""
     first, *rest = _PATH_WORD_SEPARATORS.split(segment)
     return _NAME_WORD.fullmatch(first) is not None and all(
-        _NAME_WORD.fullmatch(word) is not None or _SHORT_NUMBER.fullmatch(word) is not None for word in rest)
-
-
-def _names_reference_part(kind: str, part: str) -> bool:
-    """Whether a reference's part reads as a name under a credential's name: not a secret's value
-    (:func:`_holds_secret_value`) and each word a name's (:data:`_CREDENTIAL_NAME_WORD`), a number of four digits at
-    most after the first (``us-east-1``); an ARN's secret name a path's segment at a time, the six characters AWS
-    ends it with read only for a password's look; a Google project's number as it is."""
-    if kind == "project" and _PROJECT_NUMBER.fullmatch(part) is not None:
-        return True
-    if kind == "arn_name":
-        name, suffix = _ARN_SUFFIX.sub("", part), part[-6:]
-        # AWS's random suffix is read only for a password's look ("Pa55wd"): a name's words it has none of.
-        return (known_shape(part) is None and _ARN_SECRET_NAME.fullmatch(name) is not None
-                and (name == part or not _holds_secret_value(suffix))
-                and all(_names_reference_part("segment", segment) for segment in name.split("/")))
-    first, *rest = _NAME_WORD_RUNS.split(part)
-    return not _holds_secret_value(part) and _CREDENTIAL_NAME_WORD.fullmatch(first) is not None and all(
-        _CREDENTIAL_NAME_WORD.fullmatch(word) is not None or _SHORT_NUMBER.fullmatch(word) is not None for word in rest)
+        _NAME_WORD.fullmatch(word) is not None or (word.isdigit() and len(word) <= 4) for word in rest)
