@@ -86,7 +86,8 @@ def check_task(task: Any, max_bytes: int) -> None:
         except PydanticSerializationError:
             raise InvalidTask(f"task message {i} ({type(message).__name__}) holds a value that is not JSON "
                               "text (a lone surrogate, say)", hint="pass message text as valid Unicode") from None
-        if _holds_nul(json.loads(dumped)):
+        # Parsed only when its JSON may hold one: a message with an image is mostly base64, read once already.
+        if "\\u0000" in dumped and _holds_nul(json.loads(dumped)):
             raise InvalidTask(f"task message {i} ({type(message).__name__}) holds NUL (U+0000), which no "
                               "database stores as text", hint=_NUL_HINT)
         size += len(dumped.encode())
