@@ -32,15 +32,20 @@ _PASS_NOT_CREDENTIAL = frozenset({
     "min", "count", "each", "per",
 })
 # ... or its last word ends with one of these compounds written as one word ("x-accesstoken", "privatekey",
-# "XAPIKEY", sshpass's "SSHPASS"), or it has the word "apikey" anywhere ("apikey_header"). Names are split
-# into words at '-', '_', '.', spaces and camelCase boundaries ("XApiKey": x, api, key); trailing numbers are
-# dropped. No other word ending in "pass" is one: git's "GIT_ASKPASS" names a program, "bypass" a setting.
+# "XAPIKEY", "ENCRYPTIONKEY", "HMACKEY", sshpass's "SSHPASS"), or it has the word "apikey" anywhere
+# ("apikey_header"). Names are split into words at '-', '_', '.', spaces and camelCase boundaries ("XApiKey": x,
+# api, key); trailing numbers are dropped. No other word ending in "pass" is one: git's "GIT_ASKPASS" names a
+# program, "bypass" a setting; nor in "key" ("MONKEY", "hotkey", "WHISKEY").
 _CREDENTIAL_COMPOUNDS = (*(
     compound + plural
     for compound in (
         "apikey", "accesskey", "privatekey", "authkey", "signingkey", "sessionkey", "accesstoken", "authtoken",
         "apitoken", "bearertoken", "idtoken", "refreshtoken", "sessiontoken", "securitytoken", "csrftoken",
-        "xsrftoken", "oauthtoken", "bearer", "authorization",
+        "xsrftoken", "oauthtoken", "jwttoken", "bearer", "authorization",
+        # an application's own key, as _OWN_SECRETS_WORDS and _SIGNERS name it written apart ("MASTER_KEY", "AES_KEY")
+        "masterkey", "sharedkey", "sshkey", "appkey", "jwtkey", "encryptionkey", "encryptkey", "decryptionkey",
+        "decryptkey", "cryptokey", "cipherkey", "hmackey", "fernetkey", "aeskey", "saltkey", "pepperkey",
+        "signaturekey",
     )
     for plural in ("", "s")
 ), "sshpass")
@@ -81,11 +86,13 @@ _CODE_CREDENTIAL_LAST = frozenset({
     "password", "passwords", "passwd", "passphrase", "pwd", "pass", "secret", "secrets", "token", "tokens",
     "credential", "credentials", "apikey", "apikeys",
 })
-# ... or whose last word is "key" after one of these ("api_key", "access_key", "private_key"): after any other
-# word a key names what it is kept under ("memory_key", "s3_key", "env_key", "input_key").
+# ... or whose last word is "key" after one of these ("api_key", "access_key", "private_key", "hmac_key",
+# "fernet_key"): after any other word a key names what it is kept under ("memory_key", "s3_key", "env_key",
+# "input_key").
 _CODE_KEY_KINDS = frozenset({
     "api", "access", "private", "secret", "signing", "auth", "encryption", "master", "client", "license",
-    "subscription",
+    "subscription", "shared", "ssh", "jwt", "encrypt", "decryption", "decrypt", "crypto", "cipher", "hmac", "fernet",
+    "aes", "salt", "pepper", "signature",
 })
 # The last words of a name for a key or a token, which a dummy key may be given (credentials.holds_no_credential):
 # a local model server's dummy stands in for any key or token ("OPENAI_API_KEY", "VLLM_SERVER_KEY", "LOCAL_TOKEN",

@@ -220,6 +220,35 @@ def test_a_dummy_under_an_applications_own_cipher_salt_or_signing_key_is_refused
         assert _refused(_component(env={name: dummy})).field == f"config.{SERVER}.env.{name}"
 
 
+@pytest.mark.parametrize("name", ["ENCRYPTIONKEY", "HMACKEY", "FERNETKEY", "AESKEY", "CIPHERKEY", "SALTKEY",
+                                  "PEPPERKEY", "CRYPTOKEY", "DECRYPTIONKEY", "SIGNATUREKEY", "MASTERKEY", "SSHKEY",
+                                  "APPKEY", "JWTKEY", "SHAREDKEY", "HMACKEYS"])
+def test_an_applications_own_key_written_as_one_word_is_a_credentials_name_real_or_dummy(name: str) -> None:
+    """Reviewed: a cipher's, a signer's or an application's own key written as one word (``ENCRYPTIONKEY``) was no
+    credential's name at all, so a real key under it was stored in the registry, in an environment, a field, a
+    flag and a tool's source alike; written apart (``ENCRYPTION_KEY``) it was refused."""
+    for value in ("q7Rz9LmX2vPkAbC", "correct horse battery staple", "EMPTY"):
+        assert _refused(_component(env={name: value})).field == f"config.{SERVER}.env.{name}"
+        assert _refused(_component(fields={name.lower(): value})).field == f"config.{name.lower()}"
+        assert _refused(_component(args=[f"--{name.lower()}", value])).field == f"config.{SERVER}.args.1"
+        assert _refused(_component(source=f'{name} = "{value}"\n')).field == f"config.{SOURCE}"
+
+
+@pytest.mark.parametrize("name", ["hmac_key", "fernet_key", "aes_key", "jwt_key", "ssh_key", "cipher_key",
+                                  "signature_key", "hmacKey", "encryptionkey"])
+def test_a_cipher_or_signing_key_given_a_literal_in_a_tools_source_is_refused(name: str) -> None:
+    """Reviewed: in a tool's source only a key after an API's, an access or a secret's word held a credential, so
+    ``hmac_key = "..."`` was stored where ``HMAC_KEY = "..."`` was refused."""
+    assert _refused(_component(source=f'{name} = "q7Rz9LmX2vPkAbC"\n')).field == f"config.{SOURCE}"
+
+
+def test_a_word_that_merely_ends_in_key_or_a_key_named_by_what_it_is_kept_under_is_stored() -> None:
+    component = _component(env={"MONKEY": "q7Rz9LmX2vPkAbC", "WHISKEY": "islay", "TURKEY": "roast"},
+                           fields={"hotkey": "ctrl+k", "salt": "coarse", "jockey": "q7Rz9LmX2vPkAbC"},
+                           source='memory_key = "q7Rz9LmX2vPkAbC"\ncache_key = "q7Rz9LmX2vPkAbC"\n')
+    assert apply_references(component, {}) == component
+
+
 def test_a_pepper_as_a_bare_word_is_an_ordinary_field_and_stored() -> None:
     """Reviewed: "pepper" was taken for a credential's last word, so a recipe's or a menu's field (``pepper``,
     ``salt_and_pepper``, ``PEPPER``) was refused as a secret; only a key after it (``PEPPER_KEY``) is one."""
