@@ -37,6 +37,9 @@ _SECRET_STORE_NAMES = (
                r"(?:/[0-9a-f]{32})?/?"),
     re.compile(r"op://[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+){1,2}/(?P<field>[A-Za-z0-9_.-]+)"),
 )
+# An AWS Systems Manager parameter's ARN, as ECS's "valueFrom" takes one (a SecureString parameter holds a secret as
+# Secrets Manager does): its name is a path, judged as a path's words are (_names_segment).
+_SSM_PARAMETER = re.compile(r"arn:aws[a-z-]*:ssm:[a-z0-9-]+:\d{12}:parameter(/[A-Za-z0-9/_.-]+)")
 # A 1Password field's id, which a reference may give in place of its name ("nerlnqbfzdm5q5g6ydsgdqgdw4").
 _ONE_PASSWORD_ID = re.compile(r"[a-z0-9]{26}")
 # A password written with digits for letters reads as a name to the randomness test ("P4ss", "s3cr3t"): its words
@@ -72,8 +75,9 @@ def names_stored_secret(value: str) -> bool:
     names a secret a secret store keeps rather than being one: an AWS Secrets Manager ARN (a JSON key after it
     too, as ECS's ``valueFrom`` has it), a Google Secret Manager resource name
     (``projects/p/secrets/db/versions/latest``, a regional one too), an Azure Key Vault secret's URI, a 1Password
-    ``op://`` reference, or a path (``prod/db``, ``prod/AppBeta/MySql``, ``kv/prod/db-2``) of words as people
-    name a secret (:func:`_names_segment`). A reference's parts a person names (an ARN's JSON key and version
+    ``op://`` reference, or a path (``prod/db``, ``prod/AppBeta/MySql``, ``kv/prod/db-2``, Parameter Store's
+    ``/prod/db``) of words as people name a secret (:func:`_names_segment`), or an AWS Systems Manager parameter's
+    ARN, whose name is such a path (one word too: the ARN says it is a name). A reference's parts a person names (an ARN's JSON key and version
     stage, a Google or an Azure secret's name, a 1Password field) take any name the store allows
     (``ConnectionStrings--DefaultConnection``, ``:clientID::``, ``op://Private/GitHub/2fa``) but one that looks
     like a secret's value (:func:`_holds_secret_value`): ``op://vault/item/hunter2SECRET9f8e`` holds the secret
@@ -85,9 +89,11 @@ def names_stored_secret(value: str) -> bool:
     if reference is not None:
         return not any(part and _holds_secret_value(part) and not _an_id(kind, part)
                        for kind, part in reference.groupdict().items())
-    segments = value.split("/")
-    return (len(segments) > 1 and _SECRET_PATH.fullmatch(value) is not None and known_shape(value) is None
-            and all(map(_names_segment, segments)))
+    parameter = _SSM_PARAMETER.fullmatch(value)
+    path = parameter.group(1) if parameter is not None else value
+    segments = path.removeprefix("/").split("/")
+    return ((len(segments) > 1 or parameter is not None) and _SECRET_PATH.fullmatch(path) is not None
+            and known_shape(path) is None and all(map(_names_segment, segments)))
 
 
 def _store_reference(value: str) -> re.Match[str] | None:

@@ -357,6 +357,11 @@ STORED_SECRETS_NAMED = {
     "NAMED_SECRET_REF": "projects/acme/secrets/OPENAI_API_KEY/versions/3",
     "SECTION_SECRET_REF": "op://Prod/crm-db/admin/api-key",
     "OP_ID_SECRET_REF": "op://ktt5umd4nq3ylqomnyvtkyv6xu/crm-db/nerlnqbfzdm5q5g6ydsgdqgdw4",  # 1Password's ids
+    # reviewed: Parameter Store's names begin with a slash, and ECS's valueFrom takes a parameter's ARN
+    "PARAMETER_SECRET_ID": "/prod/crm/db-password",
+    "SSM_SECRET_ARN": "arn:aws:ssm:eu-west-1:123456789012:parameter/prod/crm/db-password",
+    "FLAT_SSM_SECRET_ARN": "arn:aws:ssm:eu-west-1:123456789012:parameter/openai_api_key",
+    "GOV_SSM_SECRET_ARN": "arn:aws-us-gov:ssm:us-gov-west-1:123456789012:parameter/prod/db",
 }
 
 
@@ -429,6 +434,10 @@ def test_a_secret_stores_name_people_give_a_secret_is_stored_under_a_secret_ids_
     # ... and a password in its commonest shape, or a random key, a number after it: not a server's name
     "op://Private/DB/Password123", f"{_ARN}:Summer2024::", "https://crm-kv.vault.azure.net/secrets/Welcome1",
     "projects/acme/secrets/xKmQpLvNrTbWzYhG12/versions/latest", f"{_ARN}:{'xkmqplvnrtbwzyhgcdfjs'}1234::",
+    # ... or in a Parameter Store parameter's name or path, with a slash before it or an ARN's prefix
+    "/hunter2SECRET9f8e", "/prod/hunter2SECRET9f8e", "/letmein", "//prod/db", "/prod/db/", "/Spring/2024",
+    *(f"arn:aws:ssm:eu-west-1:123456789012:parameter/{name}" for name in (
+        "hunter2SECRET9f8e", "prod/P4ss", "prod/sk-proj-hunter2SECRET0123456789", "", "/prod", "prod/AKIAIOSFODNN7EXAMPLE")),
 ])
 def test_a_secret_given_under_a_secret_id_is_refused(value: str) -> None:
     for env, args in (({"VAULT_SECRET_ID": value}, None), (None, ["-c", f"app --secret-id '{value}' serve"])):
