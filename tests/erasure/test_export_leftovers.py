@@ -1,16 +1,18 @@
 """What an export leaves or finds beside its target: temporary archives of exports now over are removed whatever
 ended them, only the same target's (long names cut alike are told apart), a running one's is warned of at once
 whatever the export's outcome; targets with no name, looping symlinks and folders taking short names are refused
-typed; an archive whose outcome may be recorded is kept; and the command line's output failing fails nothing
-silently."""
+typed; an archive whose outcome may be recorded is kept, also when a stop comes as it is recorded; and the command
+line's output failing fails nothing silently."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -20,16 +22,18 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 import teamstore.export.partials as partials_module
 import teamstore.export.requests as export_requests_module
+from teamstore.audit.prices import load_prices
 from teamstore.audit.subjects import get_or_create_subject
 from teamstore.audit.transcripts.local import LocalTranscriptStore
 from teamstore.db.engine import create_engine
 from teamstore.errors import ExportFailed, ExportOutcomeUnknown, ExportTargetExists, StoreUnavailable
-from teamstore.export.archive import open_archive
+from teamstore.export import ExportContext, ExportCoordinator, Section, store_exporters
+from teamstore.export.archive import Writable, open_archive
 from teamstore.export.requests import fail_export, get_export, new_export_id, open_export
 from teamstore.export.schema import export_requests
 from teamstore.settings import Settings
 from tests.erasure.test_desk_cli import _populate
-from tests.erasure.test_export import exporter, unpack
+from tests.erasure.test_export import exporter, loaded, unpack
 
 
 async def _running(engine: AsyncEngine) -> str:
@@ -155,6 +159,183 @@ async def test_an_archive_whose_outcome_may_be_recorded_is_kept_when_its_failure
     assert (await get_export(engine, opened[0]) or {})["status"] == "exported"
     async with engine.connect() as conn:
         assert (await conn.execute(select(export_requests.c.status))).scalars().all() == ["exported"]
+
+
+def _stopped_as_recorded(monkeypatch: pytest.MonkeyPatch, stop: type[BaseException], *, answering: bool) -> None:
+    """A stop comes as the export's outcome is recorded, once the commit has landed; then the database answers
+    as its failure is recorded, or does not (``answering`` False)."""
+    finish = export_requests_module.finish_export
+
+    async def stopped(*args: Any, **kwargs: Any) -> None:
+        await finish(*args, **kwargs)
+        if stop is KeyboardInterrupt:  # a program's own handler raising it where the export stands
+            raise KeyboardInterrupt
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()  # the export's task cancelled (as asyncio.run does on Ctrl-C), delivered at the next await
+        await asyncio.sleep(0)
+
+    monkeypatch.setattr(export_requests_module, "finish_export", stopped)
+    if not answering:
+        _failure_unrecorded(monkeypatch)
+
+
+def _failure_unrecorded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The database does not answer as the export's failure is recorded."""
+    async def gone(*_: Any, **__: Any) -> bool:
+        raise StoreUnavailable("could not record the export's failure: connection refused", hint="check it")
+
+    monkeypatch.setattr(export_requests_module, "fail_export", gone)
+
+
+async def _run_stopped(coordinator: ExportCoordinator, stop: type[BaseException], target: Path) -> None:
+    """Run the export of gil to ``target`` and see the stop raised as it is: the task cancelled, or
+    KeyboardInterrupt."""
+    if stop is KeyboardInterrupt:
+        with pytest.raises(KeyboardInterrupt):
+            await coordinator.run("gil", target, operator="dpo")
+        return
+    task = asyncio.create_task(coordinator.run("gil", target, operator="dpo"))
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert task.cancelled()
+
+
+@pytest.mark.parametrize(("stop", "name"), [(asyncio.CancelledError, "gil.zip"), (KeyboardInterrupt, "gil")])
+async def test_an_archive_whose_outcome_may_be_recorded_is_kept_when_a_stop_comes_and_its_failure_cannot_be_recorded(
+    engine: AsyncEngine, tmp_path: Path, out: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+    stop: type[BaseException], name: str
+) -> None:
+    """Ctrl-C as the outcome is recorded (it committed), and the database gone as the failure is: the record says
+    `exported`, so the archive it names must stay, the stop go on, and the log say so without naming the user."""
+    caplog.set_level(logging.DEBUG)
+    _stopped_as_recorded(monkeypatch, stop, answering=False)
+    await get_or_create_subject(engine, "gil")
+    coordinator = exporter(engine, LocalTranscriptStore(tmp_path / "t"))
+    opened: list[str] = []
+    kept: list[tuple[str, Path]] = []
+    coordinator.opened = opened.append
+    coordinator.kept = lambda export_id, path: kept.append((export_id, path))
+
+    await _run_stopped(coordinator, stop, out / name)
+
+    (export_id,) = opened
+    assert kept == [(export_id, out / name)]
+    assert [p.name for p in out.iterdir()] == [name]
+    files = unpack(out / name)
+    assert set(files) == {*loaded(files, "manifest.json")["files"], "manifest.json"}
+    assert (await get_export(engine, export_id) or {})["status"] == "exported"
+    said = [r.getMessage() for r in caplog.records if r.name == "teamstore.export.coordinator"
+            and r.levelno == logging.WARNING and "kept" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith(f"export {export_id}: stopped as its outcome was recorded"), said
+    assert "may say `exported`" in said[0] and f"`teamstore export status {export_id}`" in said[0]
+    logged = " ".join(f"{r.getMessage()} {r.args!r}" for r in caplog.records)
+    assert "gil" not in logged and str(out) not in logged  # the user id, and the path given (it names the user)
+
+
+async def test_a_stop_that_keeps_the_archive_goes_on_when_its_runner_cannot_be_told_where_it_is(
+    engine: AsyncEngine, tmp_path: Path, out: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    _stopped_as_recorded(monkeypatch, asyncio.CancelledError, answering=False)
+    await get_or_create_subject(engine, "gil")
+    coordinator = exporter(engine, LocalTranscriptStore(tmp_path / "t"))
+
+    def unwritable(export_id: str, path: Path) -> None:
+        raise OSError(28, f"No space left on device writing {path}")
+
+    coordinator.kept = unwritable
+    await _run_stopped(coordinator, asyncio.CancelledError, out / "gil.zip")
+
+    assert [p.name for p in out.iterdir()] == ["gil.zip"]
+    assert any(r.getMessage().endswith("could not say where its kept archive is: OSError") for r in caplog.records)
+
+
+@pytest.mark.parametrize("stop", [asyncio.CancelledError, KeyboardInterrupt])
+async def test_an_archive_in_place_is_removed_when_a_stop_comes_as_its_outcome_is_recorded_and_its_failure_is(
+    engine: AsyncEngine, tmp_path: Path, out: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+    stop: type[BaseException]
+) -> None:
+    _stopped_as_recorded(monkeypatch, stop, answering=True)
+    await get_or_create_subject(engine, "gil")
+    coordinator = exporter(engine, LocalTranscriptStore(tmp_path / "t"))
+    opened: list[str] = []
+    kept: list[tuple[str, Path]] = []
+    coordinator.opened = opened.append
+    coordinator.kept = lambda export_id, path: kept.append((export_id, path))
+
+    await _run_stopped(coordinator, stop, out / "gil.zip")
+
+    assert list(out.iterdir()) == [] and kept == []
+    record = await get_export(engine, opened[0]) or {}
+    assert record["status"] == "failed"
+    assert str(record["detail"]).startswith("stopped while reading the archive") and "no archive was left" in str(
+        record["detail"])
+    assert not [r for r in caplog.records if "kept" in r.getMessage()]
+
+
+class _Stops:
+    """An exporter stopped midway (Ctrl-C raised where it stands), before the archive is in place."""
+
+    name = "stops"
+
+    async def export(self, ctx: ExportContext, archive: Writable) -> Section:
+        archive.add("part.json", b"{}")
+        raise KeyboardInterrupt
+
+
+async def test_an_archive_not_yet_in_place_is_removed_on_a_stop_even_when_its_failure_cannot_be_recorded(
+    engine: AsyncEngine, tmp_path: Path, out: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _failure_unrecorded(monkeypatch)
+    await get_or_create_subject(engine, "gil")
+    coordinator = ExportCoordinator(engine, LocalTranscriptStore(tmp_path / "t"), [*store_exporters(), _Stops()],
+                                    load_prices())
+    kept: list[tuple[str, Path]] = []
+    coordinator.kept = lambda export_id, path: kept.append((export_id, path))
+
+    with pytest.raises(KeyboardInterrupt):
+        await coordinator.run("gil", out / "gil", operator="dpo")
+
+    assert list(out.iterdir()) == [] and kept == []
+    async with engine.connect() as conn:
+        assert (await conn.execute(select(export_requests.c.status))).scalars().all() == ["running"]
+
+
+# The command `teamstore export --user lia -o lia.zip` in a process that gets SIGINT as the export's outcome is
+# recorded (once it committed), with the database not answering as the failure is recorded.
+_STOPPED_COMMAND = textwrap.dedent("""
+    import asyncio, os, signal, sys
+    import teamstore.export.requests as requests
+    from teamstore.errors import StoreUnavailable
+
+    finish = requests.finish_export
+
+    async def stopped(*args, **kwargs):
+        await finish(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)
+        await asyncio.sleep(60)
+
+    async def gone(*_, **__):
+        raise StoreUnavailable("could not record the export's failure: connection refused", hint="check it")
+
+    requests.finish_export, requests.fail_export = stopped, gone
+    sys.argv = ["teamstore", "export", "--user", "lia", "-o", "lia.zip"]
+    from teamstore.cli import main
+    main()
+""")
+
+
+def test_the_command_stopped_as_the_outcome_is_recorded_says_where_the_archive_it_kept_is(tmp_path: Path) -> None:
+    _populate("lia")
+    env = {**os.environ, "COLUMNS": "300", "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", _STOPPED_COMMAND], capture_output=True, env=env, timeout=120,
+                          check=False, cwd=tmp_path)
+
+    said = done.stderr.decode()
+    assert done.returncode == 130 and "Traceback" not in said, said
+    assert "its archive is kept at lia.zip" in said and "teamstore export status ex-" in said
+    assert "nothing usable was written" not in said and "no archive was left" not in said
+    assert "manifest.json" in unpack(tmp_path / "lia.zip")
 
 
 def _open_unanswered(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,7 +7,8 @@
 Exit status 0: the archive holds the user's data; 3: no store holds anything for the id (never stored, or
 erased): no archive is written, and the manifest printed (and recorded) names every store searched; 1: an
 error, and no archive was left (unless the error says where it is: the outcome could not be recorded, or the
-manifest printed); 130 (143 on SIGTERM, 129 on SIGHUP): stopped, and no archive was left.
+manifest printed); 130 (143 on SIGTERM, 129 on SIGHUP): stopped, and no archive was left (unless it says where it
+is: stopped as the outcome was recorded, which could not be recorded either).
 ``status`` exits as the export did (0, 3, or 1 for one failed or abandoned: killed outright), or 2 while it runs.
 """
 
@@ -89,10 +90,12 @@ def _export(user: str, output: str | None, requested_by: str | None, operator: s
     check_not_naming("requested_by", check_person("requested_by", requested_by), user)
     check_person("operator", operator)
     finished: list[Exported] = []  # an export that ends just as the stop comes is whole: it is reported
+    kept: list[tuple[str, Path]] = []  # an archive a stop left in place: its record may say `exported`
 
     async def go(app: App) -> Exported:
         coordinator = app.exporter()
         coordinator.opened = _say_opened
+        coordinator.kept = lambda export_id, path: kept.append((export_id, path))
         coordinator.warned = lambda warning: _say(f"[yellow]warning[/]: {plain(warning)}")
         finished.append(await coordinator.run(user, Path(output) if output is not None else None,
                                               requested_by=requested_by, operator=operator))
@@ -105,7 +108,7 @@ def _export(user: str, output: str | None, requested_by: str | None, operator: s
             done = with_app(go, must_exist=True)
         except KeyboardInterrupt:
             if not finished:
-                _stopped(stop)
+                _stopped(stop, kept[0] if kept else None)
             done = finished[0]
     _print_outcome(done, as_json)
     if not done.matched:
@@ -156,8 +159,17 @@ def _say(text: str) -> None:
         err_console.print(text)
 
 
-def _stopped(stop: Stop) -> NoReturn:
-    """Say that the export stopped and left nothing usable; exit 128 + the signal's number (130 on Ctrl-C)."""
+def _stopped(stop: Stop, kept: tuple[str, Path] | None) -> NoReturn:
+    """Say that the export stopped and left nothing usable, or, when its archive was ``kept`` (its id and path:
+    stopped as its outcome was recorded, which could not be recorded either), where it is and how to tell whether
+    it is whole; exit 128 + the signal's number (130 on Ctrl-C)."""
+    if kept is not None:
+        export_id, path = kept
+        interrupted(f"the export {export_id} was stopped ({stop.name}) as its outcome was recorded, and the database "
+                    f"did not answer as its failure was: its record may say `exported`, so its archive is kept at "
+                    f"{path}", f"once the database answers, run `teamstore export status {export_id}`: `exported` "
+                    "means the archive is whole (its manifest.json lists every file, with its SHA-256); anything "
+                    "else, delete it and export again", stop.code)
     interrupted(f"the export was stopped ({stop.name}) before it finished: nothing usable was written (the part "
                 "of the archive written so far was removed)", "export again (`teamstore export --user ...`, "
                 "with the same options)", stop.code)

@@ -16,11 +16,13 @@ and the error's type, never its message (raised to the caller only: it may name 
 id no store holds anything for (never stored, or erased) gets no archive: its manifest, status
 ``no_match``, naming every store it searched, is returned and recorded, and says so. An export stopped
 midway (Ctrl-C, the CLI's SIGTERM or SIGHUP, its task cancelled) removes the archive too and records
-``failed``, saying where it stopped. A process killed outright (SIGKILL, out of memory, a crash, a host lost)
-stops renewing its record's lease: the next export closes that record as ``failed``, abandoned, and removes the
-temporary archive it left beside the same target (named by its export id: ``.<name>.<export id>.partial``). The
-record is written, and ``opened`` told the export's id, before the temporary archive is made, so that whatever a
-killed export leaves can be named.
+``failed``, saying where it stopped; but one stopped as its outcome is recorded, its archive in place, when the
+database does not answer as its failure is recorded either, keeps the archive (its record may say ``exported``)
+and says so in the log and to :attr:`ExportCoordinator.kept`. A process killed outright (SIGKILL, out of memory, a
+crash, a host lost) stops renewing its record's lease: the next export closes that record as ``failed``, abandoned,
+and removes the temporary archive it left beside the same target (named by its export id:
+``.<name>.<export id>.partial``). The record is written, and ``opened`` told the export's id, before the temporary
+archive is made, so that whatever a killed export leaves can be named.
 """
 
 from __future__ import annotations
@@ -146,9 +148,16 @@ class ExportCoordinator:
         """Told at once of each thing found beside the target and left there (another export's temporary archive,
         still running), whatever the export's outcome; an error it raises fails the export before anything is
         recorded or read."""
+        self.kept: Callable[[str, Path], None] | None = None
+        """Told an export's id and its archive's path when a stop (Ctrl-C, a cancelled task) comes once the archive
+        is in place, as its outcome is recorded, and its failure cannot be recorded either: its record may say
+        ``exported``, so the archive is kept, and the stop raised as it is (an error this raises is logged, by its
+        type, not raised in the stop's place)."""
         # Which process holds its exports' leases (and alone may record how they ended).
         self._owner = f"{socket.gethostname()[:24]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._log_key = ""  # read as a run begins: it keys how log lines name an export
+        # The exports whose archive a stop left in place (their record may say `exported`), told by _write to run.
+        self._kept_on_stop: set[str] = set()
 
     async def run(self, user_id: str, output: Path | None = None, *, requested_by: str | None = None,
                   operator: str | None = None) -> Exported:
@@ -200,6 +209,10 @@ class ExportCoordinator:
             kept = True
         except ExportOutcomeUnknown:  # its record may say `exported`: the archive it names stays
             kept = True
+            raise
+        except _STOPS:  # likewise when a stop came then (:meth:`_write` said so), raised as it is
+            kept = export_id in self._kept_on_stop
+            self._kept_on_stop.discard(export_id)
             raise
         finally:
             if not kept:
@@ -281,7 +294,10 @@ class ExportCoordinator:
             await requests.finish_export(ctx.engine, ctx.export_id, manifest.status, manifest.model_dump(mode="json"),
                                          owner=self._owner)
         except _STOPS:
-            await self._stopped(ctx.export_id, f"while reading {store}")
+            # As for a failure below: in place, the outcome perhaps committed before the stop, and the failure not
+            # recorded over it, the record may say `exported`, so the archive it names stays.
+            if await self._stopped(ctx.export_id, f"while reading {store}") is None and archive.placed:
+                self._keep_stopped(ctx.export_id, archive.target)
             raise
         except TeamstoreError as exc:
             recorded = await self._failed(ctx.export_id, store, exc)
@@ -369,16 +385,37 @@ class ExportCoordinator:
         :meth:`_record_failure` says whether it was recorded."""
         return await self._record_failure(export_id, f"{store}: {type(exc).__name__}")
 
-    async def _stopped(self, export_id: str, where: str) -> None:
+    async def _stopped(self, export_id: str, where: str) -> bool | None:
         """Record that the export was stopped ``where`` (``while reading transcripts``), so its record does not
-        say ``running`` for ever; the archive is removed on the way out, as for any failure."""
-        await self._record_failure(export_id, f"stopped {where} (Ctrl-C, SIGTERM or SIGHUP, or its task was "
-                                              "cancelled): no archive was left; export again")
+        say ``running`` for ever; as :meth:`_record_failure`, whether it was recorded. Once recorded (or the record
+        closed as abandoned) the archive is removed on the way out, as for any failure, so the detail can say
+        that no archive was left; unrecorded, an archive in place is kept (:meth:`_keep_stopped`)."""
+        return await self._record_failure(export_id, f"stopped {where} (Ctrl-C, SIGTERM or SIGHUP, or its task "
+                                                     "was cancelled): no archive was left; export again")
+
+    def _keep_stopped(self, export_id: str, target: Path) -> None:
+        """Keep the archive in place at ``target`` of an export stopped as its outcome was recorded, its failure
+        unrecorded: said in the log and to :attr:`kept`, and left by :meth:`run`'s abort. The log names the export
+        as every line does, and not the path, which whoever ran the export gave (often the user's name): logs are
+        shipped off the host and outlive the user's erasure; :attr:`kept` is told it. The stop is raised after
+        this whatever it meets: cancellation must go on."""
+        self._kept_on_stop.add(export_id)
+        named = log_name(export_id, self._log_key)  # an id teamstore made: as it is, for `export status`
+        log.warning("export %s: stopped as its outcome was recorded, and its failure could not be recorded: its "
+                    "record may say `exported`, so its archive is kept at the target it was given; once the database "
+                    "answers, `teamstore export status %s` says whether it is whole (`exported`), else delete it",
+                    named, named)
+        if self.kept is None:
+            return
+        try:
+            self.kept(export_id, target)
+        except Exception as exc:  # the stop goes on, not this: its type logged (its message may name the user)
+            log.error("export %s: could not say where its kept archive is: %s", named, type(exc).__name__)
 
     async def _record_failure(self, export_id: str, detail: str) -> bool | None:
         """Record the export's failure, over an outcome this process recorded (its acknowledgement lost, and its
-        archive about to be removed): True once recorded, False when its record was closed as abandoned instead,
-        None when the database did not answer (only logged)."""
+        archive about to be removed once this is recorded): True once recorded, False when its record was closed as
+        abandoned instead, None when the database did not answer (only logged)."""
         try:
             return await requests.fail_export(self.engine, export_id, detail, owner=self._owner)
         except StoreUnavailable as recording:
