@@ -42,10 +42,12 @@ _CREDENTIAL_COMPOUNDS = (*(
         "apikey", "accesskey", "privatekey", "authkey", "signingkey", "sessionkey", "accesstoken", "authtoken",
         "apitoken", "bearertoken", "idtoken", "refreshtoken", "sessiontoken", "securitytoken", "csrftoken",
         "xsrftoken", "oauthtoken", "jwttoken", "bearer", "authorization",
-        # an application's own key, as _OWN_SECRETS_WORDS and _SIGNERS name it written apart ("MASTER_KEY", "AES_KEY")
-        "masterkey", "sharedkey", "sshkey", "appkey", "jwtkey", "encryptionkey", "encryptkey", "decryptionkey",
-        "decryptkey", "cryptokey", "cipherkey", "hmackey", "fernetkey", "aeskey", "saltkey", "pepperkey",
-        "signaturekey",
+        # an application's own key, as _OWN_SECRETS_WORDS and _SIGNERS name it written apart ("MASTER_KEY", "AES_KEY"),
+        # and a licence's or a subscription's; not an SSH key's nor an app's, which as one word name public keys,
+        # paths and key ids (Proxmox's "sshkeys") and a public app id (the "appkey" of push and speech SDKs)
+        "masterkey", "sharedkey", "jwtkey", "csrfkey", "xsrfkey", "cookiekey", "encryptionkey", "encryptkey",
+        "decryptionkey", "decryptkey", "cryptokey", "cipherkey", "hmackey", "fernetkey", "aeskey", "saltkey",
+        "pepperkey", "signaturekey", "licensekey", "subscriptionkey",
     )
     for plural in ("", "s")
 ), "sshpass")
@@ -61,7 +63,13 @@ _TOKEN_NOT_CREDENTIAL = frozenset({
     "input", "output", "reasoning", "remaining", "cached", "stop", "eos", "bos", "pad", "unk", "sep", "cls",
     "mask", "special", "start", "end",
 })
-_WORD_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+# A capital before a lower-case word starts it ("HTMLParser": html, parser), but for a key's or a token's word after
+# an acronym ("HMACkey", "APIkey", "JWTtoken": hmac, key), which would leave the acronym's last letter on it.
+_KEY_AFTER_CAPITALS = r"(?:key|token)s?(?![a-z])"
+_WORD_BOUNDARY = re.compile(rf"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z](?!{_KEY_AFTER_CAPITALS})[a-z])"
+                            rf"|(?<=[A-Z])(?={_KEY_AFTER_CAPITALS})")
+# A number glued to a name's last word ("API_KEY2", "ENCRYPTIONKEY256"), dropped as a separate one is.
+_GLUED_NUMBER = re.compile(r"(?<=[a-z])[0-9]+$")
 _WORD_SEPARATOR = re.compile(r"[^A-Za-z0-9]+")
 # A name whose last word says its value names, locates or describes a credential rather than holding it is a
 # reference, not a credential's name: "PASSWORD_PROMPT", "TOKEN_URL", "SECRET_NAME" (a secret store's name
@@ -88,11 +96,10 @@ _CODE_CREDENTIAL_LAST = frozenset({
 })
 # ... or whose last word is "key" after one of these ("api_key", "access_key", "private_key", "hmac_key",
 # "fernet_key"): after any other word a key names what it is kept under ("memory_key", "s3_key", "env_key",
-# "input_key").
+# "input_key", "jwt_key", "salt_key", "signature_key" as a JSON key's or a header's name) or a path ("ssh_key").
 _CODE_KEY_KINDS = frozenset({
     "api", "access", "private", "secret", "signing", "auth", "encryption", "master", "client", "license",
-    "subscription", "shared", "ssh", "jwt", "encrypt", "decryption", "decrypt", "crypto", "cipher", "hmac", "fernet",
-    "aes", "salt", "pepper", "signature",
+    "subscription", "encrypt", "decryption", "decrypt", "hmac", "fernet", "aes",
 })
 # The last words of a name for a key or a token, which a dummy key may be given (credentials.holds_no_credential):
 # a local model server's dummy stands in for any key or token ("OPENAI_API_KEY", "VLLM_SERVER_KEY", "LOCAL_TOKEN",
@@ -129,10 +136,13 @@ _MODEL_SERVICES = (
 
 
 def name_words(name: str) -> list[str]:
-    """``name``'s words in lower case, split at separators and camelCase boundaries, trailing numbers dropped."""
+    """``name``'s words in lower case, split at separators and camelCase boundaries, trailing numbers dropped (a
+    number glued to the last word too: ``API_KEY2``)."""
     words = [w.lower() for w in _WORD_SEPARATOR.split(_WORD_BOUNDARY.sub("_", name)) if w]
     while words and words[-1].isdigit():
         words.pop()
+    if words:
+        words[-1] = _GLUED_NUMBER.sub("", words[-1])
     return words
 
 
@@ -164,7 +174,8 @@ def _names_credential(words: list[str]) -> bool:
     if last == "pass":
         return bool(before) and words[-2] not in _PASS_NOT_CREDENTIAL
     if last not in _CREDENTIAL_LAST:
-        return last.endswith(_CREDENTIAL_COMPOUNDS)
+        # A key's compound after an identifier's word is what something is kept under ("public_hmackey").
+        return last.endswith(_CREDENTIAL_COMPOUNDS) and not (last.endswith(("key", "keys")) and before & _IDENTIFIER_KEY)
     if last in ("key", "keys"):
         return not before & _IDENTIFIER_KEY
     if last in ("token", "tokens"):

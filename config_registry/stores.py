@@ -21,6 +21,10 @@ from config_registry.shapes import known_shape
 
 # The last words of a name whose value names a secret a secret store keeps (names_stored_secret): "SECRET_ID".
 _SECRET_REFERENCE_LAST = frozenset({"id", "arn", "ref", "reference"})
+# An AWS ARN's partition, region and account, as AWS writes them: nothing else may stand there ("arn:aws:ssm:<a random
+# key>:..." would store it), in ASCII digits.
+_AWS = (r"arn:aws(?:-cn|-us-gov|-iso(?:-[a-z])?|-eusc)?:{service}:[a-z]{{2,4}}(?:-(?:gov|iso[a-z]?))?"
+        r"-(?:north|south|central|east|west)(?:east|west)?-[0-9]{{1,2}}:[0-9]{{12}}:")
 # What a secret store names a secret by: an AWS Secrets Manager ARN, with ECS's ":json-key:version-stage:version-id"
 # after it (a version's id is the ClientRequestToken it was put with, 32 to 64 characters: a UUID as AWS's own tools
 # make it); a Google Secret Manager resource name; an Azure Key Vault secret's URI; a 1Password op:// reference
@@ -29,7 +33,7 @@ _SECRET_REFERENCE_LAST = frozenset({"id", "arn", "ref", "reference"})
 # "x509-cert", "2fa", ":clientID::"): a secret put in one is the secret itself, told by its look
 # (_holds_secret_value), not by how a path's words are written.
 _SECRET_STORE_NAMES = (
-    re.compile(r"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[A-Za-z0-9/_+=.@!-]+"
+    re.compile(_AWS.format(service="secretsmanager") + r"secret:[A-Za-z0-9/_+=.@!-]+"
                r"(?::(?P<key>[A-Za-z0-9_.-]*)(?::(?P<stage>[A-Za-z0-9_.-]*)(?::(?P<version>[A-Za-z0-9_-]{32,64})?)?)?)?"),
     re.compile(r"projects/[A-Za-z0-9_-]+(?:/locations/[a-z0-9-]+)?/secrets/(?P<name>[A-Za-z0-9_-]+)"
                r"(?:/versions/(?:latest|\d+))?"),
@@ -38,8 +42,9 @@ _SECRET_STORE_NAMES = (
     re.compile(r"op://[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+){1,2}/(?P<field>[A-Za-z0-9_.-]+)"),
 )
 # An AWS Systems Manager parameter's ARN, as ECS's "valueFrom" takes one (a SecureString parameter holds a secret as
-# Secrets Manager does): its name is a path, judged as a path's words are (_names_segment).
-_SSM_PARAMETER = re.compile(r"arn:aws[a-z-]*:ssm:[a-z0-9-]+:\d{12}:parameter(/[A-Za-z0-9/_.-]+)")
+# Secrets Manager does): its name is a path, judged as a path's words are (_names_segment), of two segments or more
+# as any path is: a single word may be the secret, whatever is written before it.
+_SSM_PARAMETER = re.compile(_AWS.format(service="ssm") + r"parameter(/[A-Za-z0-9/_.-]+)")
 # A 1Password field's id, which a reference may give in place of its name ("nerlnqbfzdm5q5g6ydsgdqgdw4").
 _ONE_PASSWORD_ID = re.compile(r"[a-z0-9]{26}")
 # A password written with digits for letters reads as a name to the randomness test ("P4ss", "s3cr3t"): its words
@@ -77,7 +82,7 @@ def names_stored_secret(value: str) -> bool:
     (``projects/p/secrets/db/versions/latest``, a regional one too), an Azure Key Vault secret's URI, a 1Password
     ``op://`` reference, or a path (``prod/db``, ``prod/AppBeta/MySql``, ``kv/prod/db-2``, Parameter Store's
     ``/prod/db``) of words as people name a secret (:func:`_names_segment`), or an AWS Systems Manager parameter's
-    ARN, whose name is such a path (one word too: the ARN says it is a name). A reference's parts a person names (an ARN's JSON key and version
+    ARN, whose name is such a path. A reference's parts a person names (an ARN's JSON key and version
     stage, a Google or an Azure secret's name, a 1Password field) take any name the store allows
     (``ConnectionStrings--DefaultConnection``, ``:clientID::``, ``op://Private/GitHub/2fa``) but one that looks
     like a secret's value (:func:`_holds_secret_value`): ``op://vault/item/hunter2SECRET9f8e`` holds the secret
@@ -92,7 +97,7 @@ def names_stored_secret(value: str) -> bool:
     parameter = _SSM_PARAMETER.fullmatch(value)
     path = parameter.group(1) if parameter is not None else value
     segments = path.removeprefix("/").split("/")
-    return ((len(segments) > 1 or parameter is not None) and _SECRET_PATH.fullmatch(path) is not None
+    return (len(segments) > 1 and _SECRET_PATH.fullmatch(path) is not None
             and known_shape(path) is None and all(map(_names_segment, segments)))
 
 

@@ -221,21 +221,24 @@ def test_a_dummy_under_an_applications_own_cipher_salt_or_signing_key_is_refused
 
 
 @pytest.mark.parametrize("name", ["ENCRYPTIONKEY", "HMACKEY", "FERNETKEY", "AESKEY", "CIPHERKEY", "SALTKEY",
-                                  "PEPPERKEY", "CRYPTOKEY", "DECRYPTIONKEY", "SIGNATUREKEY", "MASTERKEY", "SSHKEY",
-                                  "APPKEY", "JWTKEY", "SHAREDKEY", "HMACKEYS"])
+                                  "PEPPERKEY", "CRYPTOKEY", "DECRYPTIONKEY", "SIGNATUREKEY", "MASTERKEY", "JWTKEY",
+                                  "SHAREDKEY", "CSRFKEY", "COOKIEKEY", "HMACKEYS",
+                                  # an acronym before a lower-case key, and a number glued on
+                                  "HMACkey", "AESkey", "ENCRYPTIONKEY2", "AESKEY256", "HMAC_KEY2"])
 def test_an_applications_own_key_written_as_one_word_is_a_credentials_name_real_or_dummy(name: str) -> None:
     """Reviewed: a cipher's, a signer's or an application's own key written as one word (``ENCRYPTIONKEY``) was no
     credential's name at all, so a real key under it was stored in the registry, in an environment, a field, a
     flag and a tool's source alike; written apart (``ENCRYPTION_KEY``) it was refused."""
     for value in ("q7Rz9LmX2vPkAbC", "correct horse battery staple", "EMPTY"):
         assert _refused(_component(env={name: value})).field == f"config.{SERVER}.env.{name}"
-        assert _refused(_component(fields={name.lower(): value})).field == f"config.{name.lower()}"
-        assert _refused(_component(args=[f"--{name.lower()}", value])).field == f"config.{SERVER}.args.1"
-        assert _refused(_component(source=f'{name} = "{value}"\n')).field == f"config.{SOURCE}"
+        assert _refused(_component(fields={name: value})).field == f"config.{name}"
+        assert _refused(_component(args=[f"--{name}", value])).field == f"config.{SERVER}.args.1"
+        if name.isupper() or value == "q7Rz9LmX2vPkAbC":  # in code a mixed-case name's value must look like a key
+            assert _refused(_component(source=f'{name} = "{value}"\n')).field == f"config.{SOURCE}"
 
 
-@pytest.mark.parametrize("name", ["hmac_key", "fernet_key", "aes_key", "jwt_key", "ssh_key", "cipher_key",
-                                  "signature_key", "hmacKey", "encryptionkey"])
+@pytest.mark.parametrize("name", ["hmac_key", "fernet_key", "aes_key", "decryption_key", "hmacKey", "encryptionkey",
+                                  "HMACkey", "APIkey", "api_key2"])
 def test_a_cipher_or_signing_key_given_a_literal_in_a_tools_source_is_refused(name: str) -> None:
     """Reviewed: in a tool's source only a key after an API's, an access or a secret's word held a credential, so
     ``hmac_key = "..."`` was stored where ``HMAC_KEY = "..."`` was refused."""
@@ -243,9 +246,18 @@ def test_a_cipher_or_signing_key_given_a_literal_in_a_tools_source_is_refused(na
 
 
 def test_a_word_that_merely_ends_in_key_or_a_key_named_by_what_it_is_kept_under_is_stored() -> None:
-    component = _component(env={"MONKEY": "q7Rz9LmX2vPkAbC", "WHISKEY": "islay", "TURKEY": "roast"},
-                           fields={"hotkey": "ctrl+k", "salt": "coarse", "jockey": "q7Rz9LmX2vPkAbC"},
-                           source='memory_key = "q7Rz9LmX2vPkAbC"\ncache_key = "q7Rz9LmX2vPkAbC"\n')
+    """Reviewed: as one word an SSH key's and an app's key name public keys, paths, key ids (Proxmox's ``sshkeys``)
+    and a public app id (push and speech SDKs' ``appkey``); in code a JWT's, a salt's or a signature's key is a JSON
+    key's or a header's name as often as a key; after an identifier's word a compound is what a thing is kept under."""
+    public = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq7Rz9LmX2vPkAbCdEf me@host"
+    component = _component(
+        env={"MONKEY": "q7Rz9LmX2vPkAbC", "WHISKEY": "islay", "TURKEY": "roast", "SSHKEY": "/home/agent/.ssh/id_ed25519",
+             "UMENG_APPKEY": "5f9a8b7c6d5e4f3a2b1c0d9e", "HTMLParser": "lxml-4.9"},
+        fields={"hotkey": "ctrl+k", "salt": "coarse", "jockey": "q7Rz9LmX2vPkAbC", "sshkeys": public,
+                "appkey": "demo-app-2024", "public_hmackey": "q7Rz9LmX2vPkAbC"},
+        source='memory_key = "q7Rz9LmX2vPkAbC"\ncache_key = "q7Rz9LmX2vPkAbC"\nssh_key = "~/.ssh/id_ed25519"\n'
+               'jwt_key = "access_token"\nsalt_key = "password_salt"\nsignature_key = "X-Hub-Signature-256"\n',
+    )
     assert apply_references(component, {}) == component
 
 

@@ -360,8 +360,9 @@ STORED_SECRETS_NAMED = {
     # reviewed: Parameter Store's names begin with a slash, and ECS's valueFrom takes a parameter's ARN
     "PARAMETER_SECRET_ID": "/prod/crm/db-password",
     "SSM_SECRET_ARN": "arn:aws:ssm:eu-west-1:123456789012:parameter/prod/crm/db-password",
-    "FLAT_SSM_SECRET_ARN": "arn:aws:ssm:eu-west-1:123456789012:parameter/openai_api_key",
     "GOV_SSM_SECRET_ARN": "arn:aws-us-gov:ssm:us-gov-west-1:123456789012:parameter/prod/db",
+    "CN_SECRET_ARN": "arn:aws-cn:secretsmanager:cn-northwest-1:123456789012:secret:prod/crm-db-AbCdEf",
+    "EU_SSM_SECRET_ARN": "arn:aws:ssm:ap-southeast-2:123456789012:parameter/prod/db",
 }
 
 
@@ -437,7 +438,15 @@ def test_a_secret_stores_name_people_give_a_secret_is_stored_under_a_secret_ids_
     # ... or in a Parameter Store parameter's name or path, with a slash before it or an ARN's prefix
     "/hunter2SECRET9f8e", "/prod/hunter2SECRET9f8e", "/letmein", "//prod/db", "/prod/db/", "/Spring/2024",
     *(f"arn:aws:ssm:eu-west-1:123456789012:parameter/{name}" for name in (
-        "hunter2SECRET9f8e", "prod/P4ss", "prod/sk-proj-hunter2SECRET0123456789", "", "/prod", "prod/AKIAIOSFODNN7EXAMPLE")),
+        "hunter2SECRET9f8e", "prod/P4ss", "prod/sk-proj-hunter2SECRET0123456789", "", "/prod", "prod/AKIAIOSFODNN7EXAMPLE",
+        # reviewed: one word, as a plain path's, may be a password
+        "trustno1", "Summer-2024", "correct-horse-battery-staple")),
+    # reviewed: a secret where an ARN's partition, region or account goes, which were not judged
+    f"arn:aws:ssm:{'9f8e7d6c5b4a' * 5}3f2a:123456789012:parameter/prod/db",
+    f"arn:aws:secretsmanager:{'9f8e7d6c5b4a' * 5}3f2a:123456789012:secret:prod/db-AbCdEf",
+    "arn:aws-correct-horse-battery-staple:ssm:eu-west-1:123456789012:parameter/prod/db",
+    "arn:aws:ssm:one-two-three-4:123456789012:parameter/prod/db",
+    "arn:aws:ssm:eu-west-1:\uff11\uff12\uff13\uff14\uff15\uff16\uff17\uff18\uff19\uff10\uff11\uff12:parameter/prod/db",
 ])
 def test_a_secret_given_under_a_secret_id_is_refused(value: str) -> None:
     for env, args in (({"VAULT_SECRET_ID": value}, None), (None, ["-c", f"app --secret-id '{value}' serve"])):
