@@ -11,10 +11,10 @@ store in turn: enumerate, delete, verify by re-querying. After the last step (th
 store is re-queried once more; anything found fails the request. Running the same request id again
 resumes a failed or killed request and only reports a finished one: it never acts twice.
 
-This module drives that run: the lease, the attempt, the steps in order; what a dry run would find is
-:mod:`teamstore.erasure.dry_run`. What it waits out
-before deleting is :mod:`teamstore.erasure.waits`; each step's verdict, the request's status and the receipt are
-:mod:`teamstore.erasure.verdict`; what it stores, :mod:`teamstore.erasure.requests` and
+This module drives that run: the lease, the attempt, the steps in order. The lease is kept while the steps run
+by :mod:`teamstore.erasure.lease`; what a dry run would find is :mod:`teamstore.erasure.dry_run`. What it waits
+out before deleting is :mod:`teamstore.erasure.waits`; each step's verdict, the request's status and the receipt
+are :mod:`teamstore.erasure.verdict`; what it stores, :mod:`teamstore.erasure.requests` and
 :mod:`teamstore.erasure.record`.
 """
 
@@ -25,8 +25,7 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager, suppress
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -39,6 +38,7 @@ from teamstore.db.engine import empty_sqlite_log
 from teamstore.db.identity import log_name_key
 from teamstore.erasure import record, request_checks, requests
 from teamstore.erasure.dry_run import planned_receipt
+from teamstore.erasure.lease import keeping_lease
 from teamstore.erasure.receipt import (
     DONE,
     FINISHED,
@@ -196,7 +196,7 @@ class DeletionCoordinator:
             if (finished := await self._finished(row, user_id)) is not None:
                 return finished
             attempt = await record.start_attempt(self.engine, rid, ran_by)
-            async with self._keeping_lease(rid, owner):
+            async with keeping_lease(self.engine, rid, owner, self.knobs.lease_seconds, logged_as=self._named(rid)):
                 return await self._attempt(row, owner, attempt)
         finally:
             await requests.release(self.engine, rid, owner)
@@ -235,29 +235,6 @@ class DeletionCoordinator:
         if row.status in FINISHED and row.receipt is not None:
             return stored_receipt(row)  # already done: report, never act twice
         return None
-
-    @asynccontextmanager
-    async def _keeping_lease(self, request_id: str, owner: str) -> AsyncIterator[None]:
-        """Renew the request's lease every third of its length while the body runs, so a step longer
-        than the lease (millions of transcript versions) is never taken over by a second coordinator."""
-        keeper = asyncio.create_task(self._keep_lease(request_id, owner))
-        try:
-            yield
-        finally:
-            keeper.cancel()
-            with suppress(asyncio.CancelledError):
-                await keeper
-
-    async def _keep_lease(self, request_id: str, owner: str) -> None:
-        while True:
-            await asyncio.sleep(self.knobs.lease_seconds / 3)
-            try:
-                if not await requests.claim(self.engine, request_id, owner, self.knobs.lease_seconds):
-                    log.error("erasure %s: lost its lease to another coordinator", self._named(request_id))
-                    return  # the next step boundary notices and stops
-            except TeamstoreError as exc:  # the steps meet the same database and fail with their own error
-                log.warning("erasure %s: could not renew the lease; retrying: %s", self._named(request_id),
-                            exc.message)
 
     async def status(self, request_id: str) -> Receipt:
         """The stored receipt of a request, or its progress so far if it is still open.
