@@ -68,7 +68,9 @@ _TOKEN_NOT_CREDENTIAL = frozenset({
 _KEY_AFTER_CAPITALS = r"(?:key|token)s?(?![a-z])"
 _WORD_BOUNDARY = re.compile(rf"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z](?!{_KEY_AFTER_CAPITALS})[a-z])"
                             rf"|(?<=[A-Z])(?={_KEY_AFTER_CAPITALS})")
-# A number glued to a name's last word ("API_KEY2", "ENCRYPTIONKEY256"), dropped as a separate one is.
+# A number glued to a key's word after another ("API_KEY2", "LicenseKey2") or to a key's compound ("ENCRYPTIONKEY256"),
+# dropped as a separate one is; not to another word, of which it may be part ("token0", "Token2022", "OAuth2",
+# "Auth0", "key1" alone, "PASSWORD_CMD2").
 _GLUED_NUMBER = re.compile(r"(?<=[a-z])[0-9]+$")
 _WORD_SEPARATOR = re.compile(r"[^A-Za-z0-9]+")
 # A name whose last word says its value names, locates or describes a credential rather than holding it is a
@@ -136,13 +138,15 @@ _MODEL_SERVICES = (
 
 
 def name_words(name: str) -> list[str]:
-    """``name``'s words in lower case, split at separators and camelCase boundaries, trailing numbers dropped (a
-    number glued to the last word too: ``API_KEY2``)."""
+    """``name``'s words in lower case, split at separators and camelCase boundaries, trailing numbers dropped (one
+    glued to a key's last word too: ``API_KEY2``, ``ENCRYPTIONKEY256``; :data:`_GLUED_NUMBER`)."""
     words = [w.lower() for w in _WORD_SEPARATOR.split(_WORD_BOUNDARY.sub("_", name)) if w]
     while words and words[-1].isdigit():
         words.pop()
-    if words:
-        words[-1] = _GLUED_NUMBER.sub("", words[-1])
+    if words and (unglued := _GLUED_NUMBER.sub("", words[-1])) != words[-1] and (
+            (unglued in ("key", "keys") and len(words) > 1)
+            or (unglued.endswith(_CREDENTIAL_COMPOUNDS) and unglued.endswith(("key", "keys")))):
+        words[-1] = unglued
     return words
 
 
@@ -174,8 +178,7 @@ def _names_credential(words: list[str]) -> bool:
     if last == "pass":
         return bool(before) and words[-2] not in _PASS_NOT_CREDENTIAL
     if last not in _CREDENTIAL_LAST:
-        # A key's compound after an identifier's word is what something is kept under ("public_hmackey").
-        return last.endswith(_CREDENTIAL_COMPOUNDS) and not (last.endswith(("key", "keys")) and before & _IDENTIFIER_KEY)
+        return last.endswith(_CREDENTIAL_COMPOUNDS)
     if last in ("key", "keys"):
         return not before & _IDENTIFIER_KEY
     if last in ("token", "tokens"):

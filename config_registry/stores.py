@@ -23,7 +23,7 @@ from config_registry.shapes import known_shape
 _SECRET_REFERENCE_LAST = frozenset({"id", "arn", "ref", "reference"})
 # An AWS ARN's partition, region and account, as AWS writes them: nothing else may stand there ("arn:aws:ssm:<a random
 # key>:..." would store it), in ASCII digits.
-_AWS = (r"arn:aws(?:-cn|-us-gov|-iso(?:-[a-z])?|-eusc)?:{service}:[a-z]{{2,4}}(?:-(?:gov|iso[a-z]?))?"
+_AWS = (r"arn:aws(?:-cn|-us-gov|-iso(?:-[a-z])?|-eusc)?:{service}:(?:eusc-)?[a-z]{{2}}(?:-(?:gov|iso[a-z]?))?"
         r"-(?:north|south|central|east|west)(?:east|west)?-[0-9]{{1,2}}:[0-9]{{12}}:")
 # What a secret store names a secret by: an AWS Secrets Manager ARN, with ECS's ":json-key:version-stage:version-id"
 # after it (a version's id is the ClientRequestToken it was put with, 32 to 64 characters: a UUID as AWS's own tools

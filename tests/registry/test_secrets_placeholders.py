@@ -245,16 +245,27 @@ def test_a_cipher_or_signing_key_given_a_literal_in_a_tools_source_is_refused(na
     assert _refused(_component(source=f'{name} = "q7Rz9LmX2vPkAbC"\n')).field == f"config.{SOURCE}"
 
 
+@pytest.mark.parametrize("name", ["RESULT_BUCKET_ACCESSKEY", "message_signingkey", "OBJECT_ACCESSKEY", "FIELD_PRIVATEKEY",
+                                  "public_hmackey", "DB_PASSWORD_CMD2"])
+def test_a_keys_compound_after_an_identifiers_word_is_still_a_credentials_name(name: str) -> None:
+    """Reviewed: an identifier's word anywhere before a key's compound made it no credential's name, so a real key
+    under ``RESULT_BUCKET_ACCESSKEY`` was stored, as a glued number made ``DB_PASSWORD_CMD2`` a command's name."""
+    assert _refused(_component(env={name: "hunter2SECRET9f8eq7Rz"})).field == f"config.{SERVER}.env.{name}"
+
+
 def test_a_word_that_merely_ends_in_key_or_a_key_named_by_what_it_is_kept_under_is_stored() -> None:
     """Reviewed: as one word an SSH key's and an app's key name public keys, paths, key ids (Proxmox's ``sshkeys``)
     and a public app id (push and speech SDKs' ``appkey``); in code a JWT's, a salt's or a signature's key is a JSON
-    key's or a header's name as often as a key; after an identifier's word a compound is what a thing is kept under."""
+    key's or a header's name as often as a key."""
     public = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq7Rz9LmX2vPkAbCdEf me@host"
     component = _component(
         env={"MONKEY": "q7Rz9LmX2vPkAbC", "WHISKEY": "islay", "TURKEY": "roast", "SSHKEY": "/home/agent/.ssh/id_ed25519",
              "UMENG_APPKEY": "5f9a8b7c6d5e4f3a2b1c0d9e", "HTMLParser": "lxml-4.9"},
         fields={"hotkey": "ctrl+k", "salt": "coarse", "jockey": "q7Rz9LmX2vPkAbC", "sshkeys": public,
-                "appkey": "demo-app-2024", "public_hmackey": "q7Rz9LmX2vPkAbC"},
+                "appkey": "demo-app-2024",
+                # reviewed: a number glued to a word that is no key's is part of it
+                "token0": "0xA0b86991c6218b36c1d19D4a2e9Eb0cE3606eB48", "OAuth2": "authorization_code",
+                "Auth0": "https://acme.us.auth0.com", "key1": "ctrl+shift", "isToken2022": "yes"},
         source='memory_key = "q7Rz9LmX2vPkAbC"\ncache_key = "q7Rz9LmX2vPkAbC"\nssh_key = "~/.ssh/id_ed25519"\n'
                'jwt_key = "access_token"\nsalt_key = "password_salt"\nsignature_key = "X-Hub-Signature-256"\n',
     )

@@ -363,6 +363,8 @@ STORED_SECRETS_NAMED = {
     "GOV_SSM_SECRET_ARN": "arn:aws-us-gov:ssm:us-gov-west-1:123456789012:parameter/prod/db",
     "CN_SECRET_ARN": "arn:aws-cn:secretsmanager:cn-northwest-1:123456789012:secret:prod/crm-db-AbCdEf",
     "EU_SSM_SECRET_ARN": "arn:aws:ssm:ap-southeast-2:123456789012:parameter/prod/db",
+    "EUSC_SECRET_ARN": "arn:aws-eusc:secretsmanager:eusc-de-east-1:123456789012:secret:prod/crm-db-AbCdEf",
+    "ISO_SSM_SECRET_ARN": "arn:aws-iso-b:ssm:us-isob-east-1:123456789012:parameter/prod/db",
 }
 
 
