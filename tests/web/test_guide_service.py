@@ -20,10 +20,14 @@ import httpx
 import pytest
 from sqlalchemy import select
 
+from config_registry import Registry
 from teamstore.db.engine import create_engine
 from teamstore.db.fence import held
 from teamstore.errors import KeyFileInDoubt
 from tests.conftest import prepare
+from tests.runtime.nul_team import REPLY as NUL_REPLY
+from tests.runtime.nul_team import RESULT as NUL_RESULT
+from tests.runtime.nul_team import register as register_nul_team
 from tests.web.guide import GUIDE, ROOT, TURNS, GuideServer, guide_blocks, register_team, write_guide_files
 
 TEXT = "My router keeps dropping"
@@ -171,6 +175,23 @@ async def test_bad_input_is_a_422_naming_the_error_and_the_session_is_as_it_was(
         assert after.json()["resume"] == "new"
         another = await client.post(f"{session_url(server, session='t-2')}/messages", json={"text": TEXT})
     assert (another.status_code, another.json()["error"]) == (409, "TooManySessions")  # her one live session
+
+
+@both_databases
+async def test_nul_in_a_model_s_reply_and_a_tool_s_result_comes_back_whole_in_the_reply_and_the_stream(
+    serve: Serve,
+) -> None:
+    # What a model or a tool says is not the user's to fix: unlike a task's NUL (a 422 above), it is kept and sent.
+    register_nul_team(Registry(Path(os.environ["TEAMSTORE_HOME"]) / "registry", create=True), name="support_triage")
+    server = serve()
+    async with httpx.AsyncClient(timeout=30) as client:
+        first = await client.post(f"{session_url(server)}/messages", json={"text": TEXT})
+        assert (first.status_code, first.json()) == (200, {"reply": NUL_REPLY, "resume": "new"})
+        lines = await read_stream(client, session_url(server), "And now?")
+    assert [line.get("type") for line in lines] == [
+        "TextMessage", "ToolCallRequestEvent", "ToolCallExecutionEvent", "TextMessage", None]
+    assert f"content={NUL_RESULT!r}" in lines[2]["text"]  # AutoGen's text of a tool's results is their repr
+    assert lines[3]["text"] == NUL_REPLY and lines[-1]["resume"] == "resumed"
 
 
 async def test_a_second_request_for_a_session_in_use_is_a_409_and_the_first_run_is_kept(serve: Serve) -> None:
