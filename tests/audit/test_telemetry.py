@@ -155,6 +155,12 @@ def test_the_stop_reasons_autogens_conditions_write_are_recorded_as_they_are(rea
     assert recordable(reason) == reason
 
 
+@pytest.mark.parametrize("reason", ["Text 'STOP\x00' mentioned", "'crit\udcffic' answered"])
+def test_a_stop_reason_no_database_keeps_as_text_is_recorded_as_other(reason: str) -> None:
+    # NUL or a lone surrogate in a condition's sentence (its end word, say): Postgres would refuse the ledger row.
+    assert recordable(reason) == OTHER
+
+
 async def test_opting_in_to_content_capture_lets_autogen_message_attributes_through(
     otlp_env: OtlpReceiver, sqlite_engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,6 +1,6 @@
-"""NUL (U+0000) in what a model or a tool returns during a run, on SQLite and a real Postgres: kept exactly by every
-store the run writes (the resume state, each turn's checkpoint, the transcript, the ledger, the user's memory),
-read back by a new platform, exported as it was said, and erased with the user.
+"""NUL (U+0000) in what a model or a tool returns during a run, on SQLite and a real Postgres with both kinds of
+lease: kept exactly by every store the run writes (the resume state, each turn's checkpoint, the transcript, the
+ledger, the user's memory), read back by a new platform, exported as it was said, and erased with the user.
 
 A task holding NUL is refused before anything runs (tests/runtime/test_tasks.py); what a model or a tool says is
 not the user's to fix, and Postgres keeps no NUL in a text column. None needs to: a state, a checkpoint and a
@@ -17,11 +17,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from autogen_agentchat.agents import AssistantAgent
+from autogen_agentchat.conditions import MaxMessageTermination, TextMentionTermination
+from autogen_agentchat.teams import RoundRobinGroupChat
+from autogen_ext.models.replay import ReplayChatCompletionClient
 from sqlalchemy import select
 
-from config_registry import Registry
+from config_registry import Manifest, Registry
 from teamstore.app import App
 from teamstore.audit.schema import usage
+from teamstore.audit.stop_reasons import OTHER
+from teamstore.context import BoundedChatCompletionContext
 from teamstore.db.engine import create_engine
 from teamstore.erasure import RequestStatus
 from teamstore.runtime.platform import Platform
@@ -31,10 +37,9 @@ from teamstore.state.factory import store_for
 from tests.conftest import prepare
 from tests.runtime.nul_team import REPLY, RESULT, TEAM, register
 
-pytestmark = pytest.mark.parametrize(
-    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
-
 USER, SESSION = "alice", "s1"
+STOP = "STOP\x00"
+"""A team's end word holding NUL."""
 
 
 @pytest.fixture
@@ -136,6 +141,38 @@ async def test_a_run_stopped_after_a_turn_holding_nul_continues_from_its_checkpo
     said = [m.content[0].content if m.type == "ToolCallExecutionEvent" else m.to_text()
             for m in result.messages if m.type in ("TextMessage", "ToolCallExecutionEvent")]
     assert said == ["first", RESULT, REPLY, RESULT, REPLY]  # the first turn as its checkpoint kept it
+
+
+async def test_a_stop_reason_holding_nul_is_recorded_in_the_ledger_as_other_and_kept_by_the_transcript(
+    settings: Settings, tmp_path: Path,
+) -> None:
+    # The end word holds NUL, so the stop reason does ("Text 'STOP\x00' mentioned"): Postgres refused the run's
+    # whole ledger row, its calls then billed nowhere.
+    agent = AssistantAgent("assistant", model_client=ReplayChatCompletionClient([f"done, {STOP}"]),
+                           model_context=BoundedChatCompletionContext(max_messages=20))
+    team = RoundRobinGroupChat([agent], termination_condition=TextMentionTermination(STOP) | MaxMessageTermination(3))
+    Registry(settings.registry_path, create=True).add(
+        TEAM, team.dump_component(), Manifest(name=TEAM, persist=["assistant"], context_bound=20), "v1",
+        label="production")
+    async with App(settings).platform() as platform, platform.session(USER, SESSION, team=TEAM) as s:
+        result = await s.run("first")
+        run_id = s.last_run_id
+    assert result.stop_reason == f"Text '{STOP}' mentioned"
+
+    app = App(settings)
+    try:
+        async with app.engine.connect() as conn:
+            rows = (await conn.execute(select(usage.c.calls, usage.c.stop_reason, usage.c.ended_by_limit)
+                                       .where(usage.c.run_id == run_id))).all()
+        assert [tuple(row) for row in rows] == [(1, OTHER, False)]
+        exported = await app.exporter().run(USER, tmp_path / "alice.zip")
+        assert exported.path is not None
+        with zipfile.ZipFile(exported.path) as archive:
+            (name,) = [n for n in archive.namelist() if n.startswith("transcripts/") and n.endswith(".jsonl")]
+            header = json.loads(archive.read(name).decode().splitlines()[0])
+        assert header["stop_reason"] == result.stop_reason  # the transcript keeps it as said
+    finally:
+        await app.aclose()
 
 
 async def test_an_unsealed_state_keeps_nul_as_its_json_escape(settings: Settings) -> None:

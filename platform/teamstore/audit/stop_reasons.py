@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import re
 
+from teamstore.ids import lone_surrogate
+
 OTHER = "other (the run's transcript holds its stop reason)"
 """What the ledger and the spans record for a stop reason no known condition writes."""
 
@@ -48,9 +50,22 @@ _ONE = "(?:" + "|".join(_CONDITIONS) + ")"
 _KNOWN = re.compile(f"{_ONE}(?:, {_ONE})*")
 
 
+def written_by_a_condition(stop_reason: str | None) -> bool:
+    """Whether ``stop_reason`` reads as one AutoGen's termination conditions or teamstore write."""
+    return stop_reason is not None and _KNOWN.fullmatch(stop_reason) is not None
+
+
 def recordable(stop_reason: str | None) -> str | None:
     """``stop_reason`` as the ledger and the spans may record it: as it is when a known condition wrote it,
-    else :data:`OTHER` (never text a model or a user wrote); ``None`` stays ``None``."""
+    else :data:`OTHER` (never text a model or a user wrote); ``None`` stays ``None``.
+
+    A reason holding NUL or a lone surrogate is :data:`OTHER` too, whoever wrote it: no database keeps either
+    as text, and Postgres would refuse the run's whole ledger row, its usage then unrecorded. A condition's
+    sentence may hold one (the text a ``TextMentionTermination`` waits for, which the model's reply then held),
+    as may a model's own reason that reads like a condition's.
+    """
     if stop_reason is None:
         return None
-    return stop_reason[:256] if _KNOWN.fullmatch(stop_reason) else OTHER
+    if not written_by_a_condition(stop_reason) or "\x00" in stop_reason or lone_surrogate(stop_reason) is not None:
+        return OTHER
+    return stop_reason[:256]

@@ -31,7 +31,7 @@ from autogen_agentchat.teams import BaseGroupChat
 from autogen_core import CancellationToken
 
 from config_registry.types import BuiltTeam
-from teamstore.audit.stop_reasons import OTHER, recordable
+from teamstore.audit.stop_reasons import written_by_a_condition
 from teamstore.errors import (
     ErasureInProgress,
     SessionNotOpen,
@@ -74,7 +74,7 @@ def ended_by_limit(stop_reason: str | None) -> bool:
 
     Only what a termination condition writes is judged: a stop reason a model wrote (MagenticOne's reason for
     the request being satisfied) says it completed, whatever words it uses."""
-    if recordable(stop_reason) in (None, OTHER):
+    if not written_by_a_condition(stop_reason):
         return False
     text = (stop_reason or "").lower()
     return any(marker in text for marker in _LIMIT_MARKERS) and not any(
