@@ -361,7 +361,7 @@ async def test_an_export_whose_outcome_was_recorded_but_not_acknowledged_is_reco
     assert list(out.iterdir()) == []
     failed, stopped = [await get_export(engine, export_id) or {} for export_id in opened]
     assert (failed["status"], failed["detail"]) == ("failed", "the archive: StoreUnavailable")
-    assert stopped["status"] == "failed" and str(stopped["detail"]).startswith("stopped while reading the archive")
+    assert stopped["status"] == "failed" and str(stopped["detail"]).startswith("stopped as its outcome was recorded")
 
 
 async def test_an_export_whose_runner_cannot_be_told_its_id_is_recorded_failed_and_leaves_nothing(

@@ -268,9 +268,99 @@ async def test_an_archive_in_place_is_removed_when_a_stop_comes_as_its_outcome_i
     assert list(out.iterdir()) == [] and kept == []
     record = await get_export(engine, opened[0]) or {}
     assert record["status"] == "failed"
-    assert str(record["detail"]).startswith("stopped while reading the archive") and "no archive was left" in str(
+    assert str(record["detail"]).startswith("stopped as its outcome was recorded") and "its archive was removed" in str(
         record["detail"])
     assert not [r for r in caplog.records if "kept" in r.getMessage()]
+
+
+def _hanging_failure(monkeypatch: pytest.MonkeyPatch, entered: asyncio.Event, *, lands: bool = False) -> None:
+    """The database does not answer as the export's failure is recorded (``entered`` set once asked), as one that
+    accepts connections and never answers; or (``lands``) it records the failure and the answer is lost."""
+    fail = export_requests_module.fail_export
+
+    async def hangs(*args: Any, **kwargs: Any) -> bool:
+        entered.set()
+        if lands:
+            await fail(*args, **kwargs)
+            raise StoreUnavailable("could not record the export's failure: connection reset", hint="check it")
+        await asyncio.Event().wait()
+        raise AssertionError("never answered")
+
+    monkeypatch.setattr(export_requests_module, "fail_export", hangs)
+
+
+async def _kept_after(engine: AsyncEngine, tmp_path: Path, out: Path, entered: asyncio.Event
+                      ) -> tuple[str, list[tuple[str, Path]]]:
+    """Run the export of gil to ``out / gil.zip`` and cancel it once its failure is being recorded; its id and
+    what :attr:`ExportCoordinator.kept` was told."""
+    await get_or_create_subject(engine, "gil")
+    coordinator = exporter(engine, LocalTranscriptStore(tmp_path / "t"))
+    opened: list[str] = []
+    kept: list[tuple[str, Path]] = []
+    coordinator.opened = opened.append
+    coordinator.kept = lambda export_id, path: kept.append((export_id, path))
+    task = asyncio.create_task(coordinator.run("gil", out / "gil.zip", operator="dpo"))
+    await asyncio.wait_for(entered.wait(), 60)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    return opened[0], kept
+
+
+async def test_an_archive_is_kept_when_a_stop_comes_as_the_failure_of_an_unanswered_outcome_is_recorded(
+    engine: AsyncEngine, tmp_path: Path, out: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reviewed: the outcome committed and its answer lost, the failure's recording hung (a database that accepts
+    connections and never answers), and one Ctrl-C then removed the archive its record calls `exported`."""
+    finish = export_requests_module.finish_export
+
+    async def unanswered(*args: Any, **kwargs: Any) -> None:
+        await finish(*args, **kwargs)
+        raise StoreUnavailable("could not record the export's manifest: connection reset", hint="check it")
+
+    monkeypatch.setattr(export_requests_module, "finish_export", unanswered)
+    entered = asyncio.Event()
+    _hanging_failure(monkeypatch, entered)
+
+    export_id, kept = await _kept_after(engine, tmp_path, out, entered)
+
+    assert kept == [(export_id, out / "gil.zip")] and [p.name for p in out.iterdir()] == ["gil.zip"]
+    assert (await get_export(engine, export_id) or {})["status"] == "exported"
+    assert "manifest.json" in unpack(out / "gil.zip")
+
+
+async def test_an_archive_is_kept_when_a_second_stop_comes_as_the_first_ones_failure_is_recorded(
+    engine: AsyncEngine, tmp_path: Path, out: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reviewed: Ctrl-C as the outcome was recorded, the database hanging as its failure was, and the operator's
+    second Ctrl-C removed the archive its record calls `exported`."""
+    _stopped_as_recorded(monkeypatch, asyncio.CancelledError, answering=True)
+    entered = asyncio.Event()
+    _hanging_failure(monkeypatch, entered)
+
+    export_id, kept = await _kept_after(engine, tmp_path, out, entered)
+
+    assert kept == [(export_id, out / "gil.zip")] and [p.name for p in out.iterdir()] == ["gil.zip"]
+    assert (await get_export(engine, export_id) or {})["status"] == "exported"
+
+
+async def test_a_stopped_exports_recorded_failure_whose_answer_is_lost_does_not_say_no_archive_was_left(
+    engine: AsyncEngine, tmp_path: Path, out: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reviewed: the failure's record landed with its answer lost, so the archive was kept, while the record said
+    "no archive was left"."""
+    _stopped_as_recorded(monkeypatch, asyncio.CancelledError, answering=True)
+    _hanging_failure(monkeypatch, asyncio.Event(), lands=True)
+    await get_or_create_subject(engine, "gil")
+    coordinator = exporter(engine, LocalTranscriptStore(tmp_path / "t"))
+    opened: list[str] = []
+    coordinator.opened = opened.append
+
+    await _run_stopped(coordinator, asyncio.CancelledError, out / "gil.zip")
+
+    assert [p.name for p in out.iterdir()] == ["gil.zip"]
+    detail = str((await get_export(engine, opened[0]) or {})["detail"])
+    assert "no archive was left" not in detail and "where the archive was kept; delete it" in detail
 
 
 class _Stops:
@@ -323,6 +413,30 @@ _STOPPED_COMMAND = textwrap.dedent("""
     from teamstore.cli import main
     main()
 """)
+
+
+def test_the_command_stopped_twice_as_the_outcome_is_recorded_keeps_the_archive_and_says_so_in_json(
+    tmp_path: Path
+) -> None:
+    """Reviewed: a second Ctrl-C while the first one's failure was recorded removed the archive, and under --json
+    stdout said nothing of where a kept archive is."""
+    command = _STOPPED_COMMAND.replace(
+        "async def gone(*_, **__):\n    raise",
+        "async def gone(*_, **__):\n"
+        "    asyncio.get_running_loop().call_later(0.5, os.kill, os.getpid(), signal.SIGINT)\n"
+        "    await asyncio.sleep(60)\n"
+        "    raise").replace('"-o", "lia.zip"]', '"-o", "lia.zip", "--json"]')
+    assert command.count("call_later") == 1 and "--json" in command
+    _populate("lia")
+    env = {**os.environ, "COLUMNS": "300", "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", command], capture_output=True, env=env, timeout=120,
+                          check=False, cwd=tmp_path)
+
+    assert done.returncode == 130 and "Traceback" not in done.stderr.decode(), done.stderr.decode()
+    error = json.loads(done.stdout)["error"]
+    assert error["type"] == "ExportStopped" and error["exit_code"] == 130
+    assert "its archive is kept at lia.zip" in error["message"] and "teamstore export status ex-" in error["fix"]
+    assert "manifest.json" in unpack(tmp_path / "lia.zip")
 
 
 def test_the_command_stopped_as_the_outcome_is_recorded_says_where_the_archive_it_kept_is(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ from teamstore.cli._output import (
     emit,
     err_console,
     interrupted,
+    json_error,
     stopped_as_on_ctrl_c,
 )
 from teamstore.cli._runner import with_app
@@ -165,11 +166,13 @@ def _stopped(stop: Stop, kept: tuple[str, Path] | None) -> NoReturn:
     it is whole; exit 128 + the signal's number (130 on Ctrl-C)."""
     if kept is not None:
         export_id, path = kept
-        interrupted(f"the export {export_id} was stopped ({stop.name}) as its outcome was recorded, and the database "
-                    f"did not answer as its failure was: its record may say `exported`, so its archive is kept at "
-                    f"{path}", f"once the database answers, run `teamstore export status {export_id}`: `exported` "
-                    "means the archive is whole (its manifest.json lists every file, with its SHA-256); anything "
-                    "else, delete it and export again", stop.code)
+        said = (f"the export {export_id} was stopped ({stop.name}) as its outcome was recorded, and the database "
+                f"did not answer as its failure was: its record may say `exported`, so its archive is kept at {path}")
+        fix = (f"once the database answers, run `teamstore export status {export_id}`: `exported` means the archive "
+               "is whole (its manifest.json lists every file, with its SHA-256); anything else, delete it and export "
+               "again")
+        json_error("ExportStopped", said, fix, stop.code)  # under --json, where a script looks for the archive
+        interrupted(said, fix, stop.code)
     interrupted(f"the export was stopped ({stop.name}) before it finished: nothing usable was written (the part "
                 "of the archive written so far was removed)", "export again (`teamstore export --user ...`, "
                 "with the same options)", stop.code)

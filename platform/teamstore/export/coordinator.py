@@ -156,8 +156,9 @@ class ExportCoordinator:
         # Which process holds its exports' leases (and alone may record how they ended).
         self._owner = f"{socket.gethostname()[:24]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._log_key = ""  # read as a run begins: it keys how log lines name an export
-        # The exports whose archive a stop left in place (their record may say `exported`), told by _write to run.
-        self._kept_on_stop: set[str] = set()
+        # The exports whose archive is in place and whose failure is not recorded (yet): their record may say
+        # `exported`, so :meth:`run` keeps the archive whatever ends them (a stop, a second one mid-recording).
+        self._placed: set[str] = set()
 
     async def run(self, user_id: str, output: Path | None = None, *, requested_by: str | None = None,
                   operator: str | None = None) -> Exported:
@@ -210,11 +211,13 @@ class ExportCoordinator:
         except ExportOutcomeUnknown:  # its record may say `exported`: the archive it names stays
             kept = True
             raise
-        except _STOPS:  # likewise when a stop came then (:meth:`_write` said so), raised as it is
-            kept = export_id in self._kept_on_stop
-            self._kept_on_stop.discard(export_id)
-            raise
         finally:
+            # In place, its failure not recorded: ended by a stop, perhaps as that failure was being recorded (a
+            # database that hangs draws a second Ctrl-C), its record may say `exported`, so the archive stays.
+            if export_id in self._placed and not kept:
+                kept = True
+                self._keep_placed(export_id, archive.target)
+            self._placed.discard(export_id)
             if not kept:
                 archive.abort()
         return Exported(manifest=manifest, path=archive.target if manifest.status == "exported" else None,
@@ -289,18 +292,22 @@ class ExportCoordinator:
                 # On disk and in place before the record says so: a process killed before the record is written
                 # leaves it `running`, where the documented clean-up looks (an abort after this removes it).
                 archive.commit()
+                self._placed.add(ctx.export_id)  # kept, until its failure is recorded (:meth:`run`)
             else:
                 archive.abort()
             await requests.finish_export(ctx.engine, ctx.export_id, manifest.status, manifest.model_dump(mode="json"),
                                          owner=self._owner)
         except _STOPS:
             # As for a failure below: in place, the outcome perhaps committed before the stop, and the failure not
-            # recorded over it, the record may say `exported`, so the archive it names stays.
-            if await self._stopped(ctx.export_id, f"while reading {store}") is None and archive.placed:
-                self._keep_stopped(ctx.export_id, archive.target)
+            # recorded over it, the record may say `exported`, so the archive it names stays (:meth:`run`).
+            where = "as its outcome was recorded" if archive.placed else f"while reading {store}"
+            if await self._stopped(ctx.export_id, where, placed=archive.placed) is not None:
+                self._placed.discard(ctx.export_id)
             raise
         except TeamstoreError as exc:
             recorded = await self._failed(ctx.export_id, store, exc)
+            if recorded is not None:  # recorded (or closed as abandoned): the archive goes
+                self._placed.discard(ctx.export_id)
             if recorded is None and archive.placed:  # the outcome sent, perhaps committed: the record may stand
                 raise _outcome_unknown(ctx.export_id, archive.target, exc) from exc
             if recorded is False:  # closed meanwhile: what failed came of that
@@ -312,7 +319,8 @@ class ExportCoordinator:
                 hint=exc.hint or "fix the store, then export again",
             ) from exc
         except Exception as exc:  # a fault no store turned into a typed error: recorded all the same, raised as it is
-            await self._record_failure(ctx.export_id, f"{store}: {type(exc).__name__}")
+            if await self._record_failure(ctx.export_id, f"{store}: {type(exc).__name__}") is not None:
+                self._placed.discard(ctx.export_id)
             raise
         return manifest
 
@@ -385,21 +393,23 @@ class ExportCoordinator:
         :meth:`_record_failure` says whether it was recorded."""
         return await self._record_failure(export_id, f"{store}: {type(exc).__name__}")
 
-    async def _stopped(self, export_id: str, where: str) -> bool | None:
+    async def _stopped(self, export_id: str, where: str, *, placed: bool = False) -> bool | None:
         """Record that the export was stopped ``where`` (``while reading transcripts``), so its record does not
         say ``running`` for ever; as :meth:`_record_failure`, whether it was recorded. Once recorded (or the record
-        closed as abandoned) the archive is removed on the way out, as for any failure, so the detail can say
-        that no archive was left; unrecorded, an archive in place is kept (:meth:`_keep_stopped`)."""
+        closed as abandoned) the archive is removed on the way out, as for any failure; unrecorded, an archive in
+        place (``placed``) is kept (:meth:`run`), and since the record may have been written with its answer lost,
+        its detail says so."""
+        left = ("its archive was removed, unless the database did not confirm this record: then the export said "
+                "where the archive was kept; delete it") if placed else "no archive was left"
         return await self._record_failure(export_id, f"stopped {where} (Ctrl-C, SIGTERM or SIGHUP, or its task "
-                                                     "was cancelled): no archive was left; export again")
+                                                     f"was cancelled): {left}; export again")
 
-    def _keep_stopped(self, export_id: str, target: Path) -> None:
-        """Keep the archive in place at ``target`` of an export stopped as its outcome was recorded, its failure
-        unrecorded: said in the log and to :attr:`kept`, and left by :meth:`run`'s abort. The log names the export
-        as every line does, and not the path, which whoever ran the export gave (often the user's name): logs are
-        shipped off the host and outlive the user's erasure; :attr:`kept` is told it. The stop is raised after
-        this whatever it meets: cancellation must go on."""
-        self._kept_on_stop.add(export_id)
+    def _keep_placed(self, export_id: str, target: Path) -> None:
+        """Keep the archive in place at ``target`` of an export ended (stopped) as its outcome was recorded, its
+        failure unrecorded: said in the log and to :attr:`kept`. The log names the export as every line does, and not
+        the path, which whoever ran the export gave (often the user's name): logs are shipped off the host and
+        outlive the user's erasure; :attr:`kept` is told it. What ended the export is raised after this whatever it
+        meets: cancellation must go on."""
         named = log_name(export_id, self._log_key)  # an id teamstore made: as it is, for `export status`
         log.warning("export %s: stopped as its outcome was recorded, and its failure could not be recorded: its "
                     "record may say `exported`, so its archive is kept at the target it was given; once the database "
