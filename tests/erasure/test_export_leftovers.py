@@ -188,6 +188,17 @@ def _failure_unrecorded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(export_requests_module, "fail_export", gone)
 
 
+async def _watched(engine: AsyncEngine, tmp_path: Path) -> tuple[ExportCoordinator, list[str], list[tuple[str, Path]]]:
+    """An exporter of gil's data (a subject made for gil), and the lists it tells the export's id and what it kept."""
+    await get_or_create_subject(engine, "gil")
+    coordinator = exporter(engine, LocalTranscriptStore(tmp_path / "t"))
+    opened: list[str] = []
+    kept: list[tuple[str, Path]] = []
+    coordinator.opened = opened.append
+    coordinator.kept = lambda export_id, path: kept.append((export_id, path))
+    return coordinator, opened, kept
+
+
 async def _run_stopped(coordinator: ExportCoordinator, stop: type[BaseException], target: Path) -> None:
     """Run the export of gil to ``target`` and see the stop raised as it is: the task cancelled, or
     KeyboardInterrupt."""
@@ -210,12 +221,7 @@ async def test_an_archive_whose_outcome_may_be_recorded_is_kept_when_a_stop_come
     `exported`, so the archive it names must stay, the stop go on, and the log say so without naming the user."""
     caplog.set_level(logging.DEBUG)
     _stopped_as_recorded(monkeypatch, stop, answering=False)
-    await get_or_create_subject(engine, "gil")
-    coordinator = exporter(engine, LocalTranscriptStore(tmp_path / "t"))
-    opened: list[str] = []
-    kept: list[tuple[str, Path]] = []
-    coordinator.opened = opened.append
-    coordinator.kept = lambda export_id, path: kept.append((export_id, path))
+    coordinator, opened, kept = await _watched(engine, tmp_path)
 
     await _run_stopped(coordinator, stop, out / name)
 
@@ -256,12 +262,7 @@ async def test_an_archive_in_place_is_removed_when_a_stop_comes_as_its_outcome_i
     stop: type[BaseException]
 ) -> None:
     _stopped_as_recorded(monkeypatch, stop, answering=True)
-    await get_or_create_subject(engine, "gil")
-    coordinator = exporter(engine, LocalTranscriptStore(tmp_path / "t"))
-    opened: list[str] = []
-    kept: list[tuple[str, Path]] = []
-    coordinator.opened = opened.append
-    coordinator.kept = lambda export_id, path: kept.append((export_id, path))
+    coordinator, opened, kept = await _watched(engine, tmp_path)
 
     await _run_stopped(coordinator, stop, out / "gil.zip")
 
@@ -293,12 +294,7 @@ async def _kept_after(engine: AsyncEngine, tmp_path: Path, out: Path, entered: a
                       ) -> tuple[str, list[tuple[str, Path]]]:
     """Run the export of gil to ``out / gil.zip`` and cancel it once its failure is being recorded; its id and
     what :attr:`ExportCoordinator.kept` was told."""
-    await get_or_create_subject(engine, "gil")
-    coordinator = exporter(engine, LocalTranscriptStore(tmp_path / "t"))
-    opened: list[str] = []
-    kept: list[tuple[str, Path]] = []
-    coordinator.opened = opened.append
-    coordinator.kept = lambda export_id, path: kept.append((export_id, path))
+    coordinator, opened, kept = await _watched(engine, tmp_path)
     task = asyncio.create_task(coordinator.run("gil", out / "gil.zip", operator="dpo"))
     await asyncio.wait_for(entered.wait(), 60)
     task.cancel()
