@@ -312,3 +312,17 @@ def test_sqlites_disk_file_and_lock_failures_are_told_with_a_fix_for_sqlite(code
     assert told in describe_failure(failure) and describe_failure(failure).endswith(f"(OperationalError, {code})")
     assert fix in failure_hint(failure)
     assert "statement_timeout" not in failure_hint(failure)
+
+
+@pytest.mark.postgres
+async def test_a_value_the_driver_refuses_before_sending_it_is_not_called_unreachable(postgres_url: str) -> None:
+    """Reviewed: psycopg refuses NUL in a string before it is sent, with no SQLSTATE, and that was told as a
+    database that could not be reached (a ledger row with a stop reason holding NUL, say)."""
+    engine = create_engine(postgres_url)
+    with pytest.raises(SQLAlchemyError) as caught:
+        async with engine.connect() as conn:
+            await conn.execute(text("SELECT CAST(:v AS text)"), {"v": "alice-private\x00"})
+    assert describe_failure(caught.value) == "the database refused the statement (DataError)"
+    assert not unreachable(caught.value)
+    await engine.dispose()
+

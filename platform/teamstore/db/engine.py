@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy import event, text
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, DataError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 from sqlalchemy.util import await_only
@@ -58,6 +58,8 @@ def unreachable(exc: BaseException) -> bool:
     state, sqlite = getattr(orig, "sqlstate", None), getattr(orig, "sqlite_errorname", None)
     if getattr(exc, "connection_invalidated", False) or sqlite == "SQLITE_CANTOPEN":
         return True
+    if state is None and isinstance(exc, DataError):
+        return False  # refused by the driver before it was sent (psycopg's NUL in a string), as by the server
     return state.startswith(_UNREACHABLE) if state else sqlite is None
 
 
@@ -212,7 +214,7 @@ def describe_failure(exc: BaseException) -> str:
     state = getattr(orig, "sqlstate", None)
     code = f"SQLSTATE {state}" if state else getattr(orig, "sqlite_errorname", "")
     denied = _denied(exc)
-    return f"the database refused the statement{f': {denied}' if denied else ''} ({name}, {code})"
+    return f"the database refused the statement{f': {denied}' if denied else ''} ({', '.join(filter(None, [name, code]))})"
 
 
 async def empty_sqlite_log(engine: AsyncEngine, after: str) -> bool:
