@@ -435,6 +435,12 @@ class ExportOutcomeUnknown(ExportError):
     whether the record stands."""
 
 
+class ExportStopped(ExportError):
+    """An export stopped (Ctrl-C, SIGTERM, SIGHUP) once its archive was in place, its failure unrecorded: its record
+    may say ``exported``, so the archive is kept; ``teamstore export status`` says whether the record stands. Only
+    the command says this (under ``--json``, as stdout's error document): the stop itself is raised as it is."""
+
+
 class ExportTargetExists(ExportError):
     """The archive's path is taken: an export never overwrites a file or folder."""
 

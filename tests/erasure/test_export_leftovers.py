@@ -411,6 +411,91 @@ _STOPPED_COMMAND = textwrap.dedent("""
 """)
 
 
+def test_the_command_stopped_a_third_time_as_its_stop_is_handled_still_says_where_the_archive_it_keeps_is(
+    tmp_path: Path
+) -> None:
+    """Reviewed: a third Ctrl-C, as the second one's cancellation was still closing a hung connection, left the
+    command before the export said what it keeps, and the command said nothing usable was written."""
+    command = _STOPPED_COMMAND.replace(
+        "async def gone(*_, **__):\n    raise",
+        "async def gone(*_, **__):\n"
+        "    loop = asyncio.get_running_loop()\n"
+        "    loop.call_later(0.5, os.kill, os.getpid(), signal.SIGINT)\n"
+        "    loop.call_later(1.5, os.kill, os.getpid(), signal.SIGINT)\n"
+        "    try:\n"
+        "        await asyncio.sleep(60)\n"
+        "    except asyncio.CancelledError:\n"
+        "        await asyncio.sleep(5)  # a driver closing its connection as it is cancelled\n"
+        "        raise\n"
+        "    raise")
+    assert command.count("call_later") == 2
+    _populate("lia")
+    env = {**os.environ, "COLUMNS": "300", "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", command], capture_output=True, env=env, timeout=120,
+                          check=False, cwd=tmp_path)
+
+    said = done.stderr.decode()
+    assert done.returncode == 130, said
+    assert "its archive is kept at lia.zip" in said and "nothing usable was written" not in said
+    assert "manifest.json" in unpack(tmp_path / "lia.zip")
+
+
+async def test_an_untyped_fault_as_the_outcome_is_recorded_with_its_failure_unrecorded_keeps_the_archive_named(
+    engine: AsyncEngine, tmp_path: Path, out: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reviewed: it was kept in silence, the caller given the fault alone, and the log said it was stopped."""
+    finish = export_requests_module.finish_export
+
+    async def breaks(*args: Any, **kwargs: Any) -> None:
+        await finish(*args, **kwargs)
+        raise RuntimeError("gil's row said something")
+
+    monkeypatch.setattr(export_requests_module, "finish_export", breaks)
+    _failure_unrecorded(monkeypatch)
+    coordinator, _, kept = await _watched(engine, tmp_path)
+
+    with pytest.raises(ExportOutcomeUnknown) as caught:
+        await coordinator.run("gil", out / "gil.zip", operator="dpo")
+
+    assert f"at {out / 'gil.zip'}" in caught.value.message and "(RuntimeError)" in caught.value.message
+    assert "said something" not in caught.value.message and kept == []
+    assert [p.name for p in out.iterdir()] == ["gil.zip"] and coordinator.kept_if_ended_now() == []
+
+
+async def test_what_an_export_keeps_if_it_ends_now_is_its_placed_archive_until_its_failure_is_recorded(
+    engine: AsyncEngine, tmp_path: Path, out: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _stopped_as_recorded(monkeypatch, asyncio.CancelledError, answering=True)
+    entered = asyncio.Event()
+    _hanging_failure(monkeypatch, entered)
+    coordinator, opened, _ = await _watched(engine, tmp_path)
+    assert coordinator.kept_if_ended_now() == []
+    task = asyncio.create_task(coordinator.run("gil", out / "gil.zip", operator="dpo"))
+    await asyncio.wait_for(entered.wait(), 60)
+
+    assert coordinator.kept_if_ended_now() == [(opened[0], out / "gil.zip")]
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert coordinator.kept_if_ended_now() == []
+
+
+async def test_a_no_match_export_stopped_as_its_outcome_is_recorded_says_so(
+    engine: AsyncEngine, tmp_path: Path, out: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _stopped_as_recorded(monkeypatch, asyncio.CancelledError, answering=True)
+    coordinator = exporter(engine, LocalTranscriptStore(tmp_path / "t"))
+    opened: list[str] = []
+    coordinator.opened = opened.append
+    task = asyncio.create_task(coordinator.run("nobody", out / "nobody.zip", operator="dpo"))
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+    detail = str((await get_export(engine, opened[0]) or {})["detail"])
+    assert detail.startswith("stopped as its outcome was recorded") and "no archive was left" in detail
+    assert list(out.iterdir()) == []
+
+
 def test_the_command_stopped_twice_as_the_outcome_is_recorded_keeps_the_archive_and_says_so_in_json(
     tmp_path: Path
 ) -> None:

@@ -36,7 +36,7 @@ from teamstore.cli._output import (
 )
 from teamstore.cli._runner import with_app
 from teamstore.cli.erase import suggest_near_matches
-from teamstore.errors import ExportNotPrinted
+from teamstore.errors import ExportNotPrinted, ExportStopped
 from teamstore.ids import check_erasable_id
 from teamstore.people import check_not_naming, check_person
 from teamstore.terminal import console, plain, print_table
@@ -44,6 +44,7 @@ from teamstore.terminal import console, plain, print_table
 if TYPE_CHECKING:
     from teamstore.app import App
     from teamstore.export import Exported
+    from teamstore.export.coordinator import ExportCoordinator
 
 NO_MATCH = 3
 RUNNING = 2
@@ -92,9 +93,11 @@ def _export(user: str, output: str | None, requested_by: str | None, operator: s
     check_person("operator", operator)
     finished: list[Exported] = []  # an export that ends just as the stop comes is whole: it is reported
     kept: list[tuple[str, Path]] = []  # an archive a stop left in place: its record may say `exported`
+    coordinators: list[ExportCoordinator] = []
 
     async def go(app: App) -> Exported:
         coordinator = app.exporter()
+        coordinators.append(coordinator)
         coordinator.opened = _say_opened
         coordinator.kept = lambda export_id, path: kept.append((export_id, path))
         coordinator.warned = lambda warning: _say(f"[yellow]warning[/]: {plain(warning)}")
@@ -109,6 +112,9 @@ def _export(user: str, output: str | None, requested_by: str | None, operator: s
             done = with_app(go, must_exist=True)
         except KeyboardInterrupt:
             if not finished:
+                # A stop given as another's is still handled (a third Ctrl-C) leaves the export before it says what
+                # it keeps: what it would keep, ended now, is kept all the same.
+                kept += [placed for coordinator in coordinators for placed in coordinator.kept_if_ended_now()]
                 _stopped(stop, kept[0] if kept else None)
             done = finished[0]
     _print_outcome(done, as_json)
@@ -171,7 +177,7 @@ def _stopped(stop: Stop, kept: tuple[str, Path] | None) -> NoReturn:
         fix = (f"once the database answers, run `teamstore export status {export_id}`: `exported` means the archive "
                "is whole (its manifest.json lists every file, with its SHA-256); anything else, delete it and export "
                "again")
-        json_error("ExportStopped", said, fix, stop.code)  # under --json, where a script looks for the archive
+        json_error(ExportStopped.__name__, said, fix, stop.code)  # under --json, where a script looks for the archive
         interrupted(said, fix, stop.code)
     interrupted(f"the export was stopped ({stop.name}) before it finished: nothing usable was written (the part "
                 "of the archive written so far was removed)", "export again (`teamstore export --user ...`, "

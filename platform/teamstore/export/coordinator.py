@@ -158,7 +158,7 @@ class ExportCoordinator:
         self._log_key = ""  # read as a run begins: it keys how log lines name an export
         # The exports whose archive is in place and whose failure is not recorded (yet): their record may say
         # `exported`, so :meth:`run` keeps the archive whatever ends them (a stop, a second one mid-recording).
-        self._placed: set[str] = set()
+        self._placed: dict[str, Path] = {}
 
     async def run(self, user_id: str, output: Path | None = None, *, requested_by: str | None = None,
                   operator: str | None = None) -> Exported:
@@ -217,7 +217,7 @@ class ExportCoordinator:
             if export_id in self._placed and not kept:
                 kept = True
                 self._keep_placed(export_id, archive.target)
-            self._placed.discard(export_id)
+            self._placed.pop(export_id, None)
             if not kept:
                 archive.abort()
         return Exported(manifest=manifest, path=archive.target if manifest.status == "exported" else None,
@@ -278,7 +278,7 @@ class ExportCoordinator:
         recorded (and removes an archive placed, by the caller's abort). ``people`` is who runs the export and who
         asked for it; ``lost`` is set once its lease is (its record closed as abandoned: it stops at the next
         store)."""
-        store = "the archive"
+        store, recording = "the archive", False
         try:
             stores: dict[str, Section] = {}
             for exporter in self.exporters:
@@ -292,22 +292,23 @@ class ExportCoordinator:
                 # On disk and in place before the record says so: a process killed before the record is written
                 # leaves it `running`, where the documented clean-up looks (an abort after this removes it).
                 archive.commit()
-                self._placed.add(ctx.export_id)  # kept, until its failure is recorded (:meth:`run`)
+                self._placed[ctx.export_id] = archive.target  # kept, until its failure is recorded (:meth:`run`)
             else:
                 archive.abort()
+            recording = True
             await requests.finish_export(ctx.engine, ctx.export_id, manifest.status, manifest.model_dump(mode="json"),
                                          owner=self._owner)
         except _STOPS:
             # As for a failure below: in place, the outcome perhaps committed before the stop, and the failure not
             # recorded over it, the record may say `exported`, so the archive it names stays (:meth:`run`).
-            where = "as its outcome was recorded" if archive.placed else f"while reading {store}"
+            where = "as its outcome was recorded" if recording else f"while reading {store}"
             if await self._stopped(ctx.export_id, where, placed=archive.placed) is not None:
-                self._placed.discard(ctx.export_id)
+                self._placed.pop(ctx.export_id, None)
             raise
         except TeamstoreError as exc:
             recorded = await self._failed(ctx.export_id, store, exc)
             if recorded is not None:  # recorded (or closed as abandoned): the archive goes
-                self._placed.discard(ctx.export_id)
+                self._placed.pop(ctx.export_id, None)
             if recorded is None and archive.placed:  # the outcome sent, perhaps committed: the record may stand
                 raise _outcome_unknown(ctx.export_id, archive.target, exc) from exc
             if recorded is False:  # closed meanwhile: what failed came of that
@@ -319,8 +320,10 @@ class ExportCoordinator:
                 hint=exc.hint or "fix the store, then export again",
             ) from exc
         except Exception as exc:  # a fault no store turned into a typed error: recorded all the same, raised as it is
-            if await self._record_failure(ctx.export_id, f"{store}: {type(exc).__name__}") is not None:
-                self._placed.discard(ctx.export_id)
+            if (recorded := await self._record_failure(ctx.export_id, f"{store}: {type(exc).__name__}")) is not None:
+                self._placed.pop(ctx.export_id, None)
+            if recorded is None and archive.placed:  # as for a typed error: the record may stand, and is named
+                raise _outcome_unknown(ctx.export_id, archive.target, exc) from exc
             raise
         return manifest
 
@@ -393,6 +396,12 @@ class ExportCoordinator:
         :meth:`_record_failure` says whether it was recorded."""
         return await self._record_failure(export_id, f"{store}: {type(exc).__name__}")
 
+    def kept_if_ended_now(self) -> list[tuple[str, Path]]:
+        """The exports (their id and archive's path) whose archive is in place and whose failure is not recorded:
+        kept if they end now, whatever ends them (a caller stopped before :meth:`run` returns, by a third Ctrl-C
+        as the second one's stop is still being handled, says so from this)."""
+        return sorted(self._placed.items())
+
     async def _stopped(self, export_id: str, where: str, *, placed: bool = False) -> bool | None:
         """Record that the export was stopped ``where`` (``while reading transcripts``), so its record does not
         say ``running`` for ever; as :meth:`_record_failure`, whether it was recorded. Once recorded (or the record
@@ -444,12 +453,14 @@ def _open_unknown(export_id: str, exc: StoreUnavailable) -> StoreUnavailable:
              "was left: one `running` reads as abandoned once its lease passes, and the next export closes it")
 
 
-def _outcome_unknown(export_id: str, target: Path, exc: TeamstoreError) -> ExportOutcomeUnknown:
+def _outcome_unknown(export_id: str, target: Path, exc: Exception) -> ExportOutcomeUnknown:
     """The failure of an export whose archive is in place when neither its outcome's acknowledgement nor its
-    failure could be recorded: its record may say ``exported``, and so the archive is kept."""
+    failure could be recorded: its record may say ``exported``, and so the archive is kept. An untyped error is
+    named by its type alone (its message may quote a value)."""
+    said = f"{type(exc).__name__}: {exc.message}" if isinstance(exc, TeamstoreError) else type(exc).__name__
     return ExportOutcomeUnknown(
         f"the export {export_id} placed its archive at {target}, then the database stopped answering as its "
-        f"outcome was recorded ({type(exc).__name__}: {exc.message}) and as its failure was: its record may say "
+        f"outcome was recorded ({said}) and as its failure was: its record may say "
         "`exported` or still `running`, and the archive is kept where it is",
         hint=f"once the database answers, run `teamstore export status {export_id}`: `exported` means the archive "
              "is whole (its manifest.json lists every file, with its SHA-256); anything else, delete it and export "
