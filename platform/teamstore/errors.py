@@ -14,6 +14,7 @@ happened and how to fix it.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from config_registry.errors import (
@@ -430,9 +431,12 @@ class ExportNotPrinted(ExportError):
 
 
 class ExportOutcomeUnknown(ExportError):
-    """The database stopped answering as the export's outcome was recorded, and its failure could not be recorded
-    either: its record may say ``exported``, so the archive is kept in place; ``teamstore export status`` says
-    whether the record stands."""
+    """The export's outcome failed as it was recorded (the database stopped answering, or a fault), and its failure
+    could not be recorded either: its record may say ``exported``, so the archive is kept in place; ``teamstore
+    export status`` says whether the record stands. ``export_id`` and ``target`` name them."""
+
+    export_id: str | None = None
+    target: Path | None = None
 
 
 class ExportStopped(ExportError):

@@ -452,12 +452,14 @@ async def test_an_untyped_fault_as_the_outcome_is_recorded_with_its_failure_unre
 
     monkeypatch.setattr(export_requests_module, "finish_export", breaks)
     _failure_unrecorded(monkeypatch)
-    coordinator, _, kept = await _watched(engine, tmp_path)
+    coordinator, opened, kept = await _watched(engine, tmp_path)
 
     with pytest.raises(ExportOutcomeUnknown) as caught:
         await coordinator.run("gil", out / "gil.zip", operator="dpo")
 
-    assert f"at {out / 'gil.zip'}" in caught.value.message and "(RuntimeError)" in caught.value.message
+    assert f"at {out / 'gil.zip'}" in caught.value.message and "recording its outcome failed (RuntimeError)" in (
+        caught.value.message)
+    assert (caught.value.export_id, caught.value.target) == (opened[0], out / "gil.zip")
     assert "said something" not in caught.value.message and kept == []
     assert [p.name for p in out.iterdir()] == ["gil.zip"] and coordinator.kept_if_ended_now() == []
 
@@ -494,6 +496,51 @@ async def test_a_no_match_export_stopped_as_its_outcome_is_recorded_says_so(
     detail = str((await get_export(engine, opened[0]) or {})["detail"])
     assert detail.startswith("stopped as its outcome was recorded") and "no archive was left" in detail
     assert list(out.iterdir()) == []
+
+
+# `teamstore export` whose outcome is unknown (ExportOutcomeUnknown: the archive kept), stopped as the app closes.
+_UNKNOWN_THEN_STOPPED = textwrap.dedent("""
+    import asyncio, os, signal, sys
+    import teamstore.app as app_module
+    import teamstore.export.requests as requests
+    from teamstore.errors import StoreUnavailable
+
+    finish, close = requests.finish_export, app_module.App.aclose
+
+    async def unanswered(*args, **kwargs):
+        await finish(*args, **kwargs)
+        raise StoreUnavailable("could not record the export's manifest: connection reset", hint="check it")
+
+    async def gone(*_, **__):
+        raise StoreUnavailable("could not record the export's failure: connection refused", hint="check it")
+
+    async def slow_close(self):  # spans flushed to a collector that is down, a pool closed
+        os.kill(os.getpid(), signal.SIGINT)
+        await asyncio.sleep(2)
+        await close(self)
+
+    requests.finish_export, requests.fail_export, app_module.App.aclose = unanswered, gone, slow_close
+    sys.argv = ["teamstore", "export", "--user", "lia", "-o", "lia.zip", "--json"]
+    from teamstore.cli import main
+    main()
+""")
+
+
+def test_the_command_stopped_as_it_closes_after_an_unknown_outcome_says_where_the_kept_archive_is(
+    tmp_path: Path
+) -> None:
+    """Reviewed: a Ctrl-C after ExportOutcomeUnknown, as the app closed, made the command say nothing usable was
+    written while the archive its record calls `exported` stayed."""
+    _populate("lia")
+    env = {**os.environ, "COLUMNS": "300", "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", _UNKNOWN_THEN_STOPPED], capture_output=True, env=env, timeout=120,
+                          check=False, cwd=tmp_path)
+
+    said = done.stderr.decode()
+    assert done.returncode == 130, said
+    assert "its archive is kept at lia.zip" in said and "nothing usable was written" not in said
+    assert json.loads(done.stdout)["error"]["type"] == "ExportStopped"
+    assert "manifest.json" in unpack(tmp_path / "lia.zip")
 
 
 def test_the_command_stopped_twice_as_the_outcome_is_recorded_keeps_the_archive_and_says_so_in_json(

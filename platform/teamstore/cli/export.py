@@ -36,7 +36,7 @@ from teamstore.cli._output import (
 )
 from teamstore.cli._runner import with_app
 from teamstore.cli.erase import suggest_near_matches
-from teamstore.errors import ExportNotPrinted, ExportStopped
+from teamstore.errors import ExportNotPrinted, ExportOutcomeUnknown, ExportStopped
 from teamstore.ids import check_erasable_id
 from teamstore.people import check_not_naming, check_person
 from teamstore.terminal import console, plain, print_table
@@ -101,8 +101,13 @@ def _export(user: str, output: str | None, requested_by: str | None, operator: s
         coordinator.opened = _say_opened
         coordinator.kept = lambda export_id, path: kept.append((export_id, path))
         coordinator.warned = lambda warning: _say(f"[yellow]warning[/]: {plain(warning)}")
-        finished.append(await coordinator.run(user, Path(output) if output is not None else None,
-                                              requested_by=requested_by, operator=operator))
+        try:
+            finished.append(await coordinator.run(user, Path(output) if output is not None else None,
+                                                  requested_by=requested_by, operator=operator))
+        except ExportOutcomeUnknown as exc:  # a stop as the app closes after it must still say where the archive is
+            if exc.export_id is not None and exc.target is not None:
+                kept.append((exc.export_id, exc.target))
+            raise
         return finished[0]
 
     # SIGTERM and SIGHUP too: the archive written so far, the user's data readable under a hidden name beside

@@ -183,8 +183,9 @@ class ExportCoordinator:
             ExportTargetExists: ``output`` exists (nothing is overwritten).
             ExportTargetInStore: ``output`` is inside a folder of ``keep_out``.
             ExportFailed: A store could not be read, or the archive written: no archive is left.
-            ExportOutcomeUnknown: The database stopped answering as the outcome was recorded, and the failure
-                could not be recorded either: the archive is kept, and the record says whether it stands.
+            ExportOutcomeUnknown: The outcome failed as it was recorded (the database stopped answering, or a
+                fault), and the failure could not be recorded either: the archive is kept, and the record says
+                whether it stands.
             StoreUnavailable: The database could not be reached before anything was read.
         """
         check_erasable_id(user_id)
@@ -455,13 +456,19 @@ def _open_unknown(export_id: str, exc: StoreUnavailable) -> StoreUnavailable:
 
 def _outcome_unknown(export_id: str, target: Path, exc: Exception) -> ExportOutcomeUnknown:
     """The failure of an export whose archive is in place when neither its outcome's acknowledgement nor its
-    failure could be recorded: its record may say ``exported``, and so the archive is kept. An untyped error is
+    failure could be recorded: its record may say ``exported``, and so the archive is kept. An untyped fault is
     named by its type alone (its message may quote a value)."""
-    said = f"{type(exc).__name__}: {exc.message}" if isinstance(exc, TeamstoreError) else type(exc).__name__
-    return ExportOutcomeUnknown(
-        f"the export {export_id} placed its archive at {target}, then the database stopped answering as its "
-        f"outcome was recorded ({said}) and as its failure was: its record may say "
-        "`exported` or still `running`, and the archive is kept where it is",
+    if isinstance(exc, TeamstoreError):
+        how = (f"the database stopped answering as its outcome was recorded ({type(exc).__name__}: {exc.message}) "
+               "and as its failure was")
+    else:
+        how = (f"recording its outcome failed ({type(exc).__name__}), and the database did not answer as its failure "
+               "was recorded")
+    unknown = ExportOutcomeUnknown(
+        f"the export {export_id} placed its archive at {target}, then {how}: its record may say `exported` or still "
+        "`running`, and the archive is kept where it is",
         hint=f"once the database answers, run `teamstore export status {export_id}`: `exported` means the archive "
              "is whole (its manifest.json lists every file, with its SHA-256); anything else, delete it and export "
              "again")
+    unknown.export_id, unknown.target = export_id, target
+    return unknown
