@@ -20,6 +20,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+import teamstore.export.archive as archive_module
 import teamstore.export.partials as partials_module
 import teamstore.export.requests as export_requests_module
 from teamstore.audit.prices import load_prices
@@ -462,6 +463,31 @@ async def test_an_untyped_fault_as_the_outcome_is_recorded_with_its_failure_unre
     assert (caught.value.export_id, caught.value.target) == (opened[0], out / "gil.zip")
     assert "said something" not in caught.value.message and kept == []
     assert [p.name for p in out.iterdir()] == ["gil.zip"] and coordinator.kept_if_ended_now() == []
+
+
+async def test_a_second_stop_as_a_placed_folder_archive_is_removed_leaves_none_of_it(
+    engine: AsyncEngine, tmp_path: Path, out: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reviewed: a second Ctrl-C landing in the removal of a placed folder archive (its failure recorded) left part
+    of the user's data at the target, which the command said was removed, and the next export there refused."""
+    _stopped_as_recorded(monkeypatch, asyncio.CancelledError, answering=True)
+    removing = archive_module.shutil.rmtree
+    interrupted: list[Path] = []
+
+    def interrupted_once(path: Any, *args: Any, **kwargs: Any) -> None:
+        if Path(path) == out / "gil" and not interrupted:
+            interrupted.append(Path(path))
+            next(p for p in Path(path).rglob("*") if p.is_file()).unlink()  # part of it gone, then the stop
+            raise KeyboardInterrupt
+        removing(path, *args, **kwargs)
+
+    monkeypatch.setattr(archive_module.shutil, "rmtree", interrupted_once)
+    coordinator, _, _ = await _watched(engine, tmp_path)
+
+    with pytest.raises(KeyboardInterrupt):
+        await coordinator.run("gil", out / "gil", operator="dpo")
+
+    assert interrupted == [out / "gil"] and list(out.iterdir()) == []
 
 
 async def test_what_an_export_keeps_if_it_ends_now_is_its_placed_archive_until_its_failure_is_recorded(

@@ -220,7 +220,7 @@ class ExportCoordinator:
                 self._keep_placed(export_id, archive.target)
             self._placed.pop(export_id, None)
             if not kept:
-                archive.abort()
+                _remove(archive)
         return Exported(manifest=manifest, path=archive.target if manifest.status == "exported" else None,
                         warnings=warnings)
 
@@ -452,6 +452,21 @@ def _open_unknown(export_id: str, exc: StoreUnavailable) -> StoreUnavailable:
         "and no archive begun)",
         hint=f"check the database, then export again; `teamstore export status {export_id}` says whether a record "
              "was left: one `running` reads as abandoned once its lease passes, and the next export closes it")
+
+
+def _remove(archive: Writable) -> None:
+    """Remove the archive to its end: a Ctrl-C that comes meanwhile (a second one, as a large folder goes) is raised
+    once it is gone, not in the middle, which would leave part of the user's data at the target, told removed."""
+    stopped: KeyboardInterrupt | None = None
+    while True:
+        try:
+            archive.abort()  # each step again from where it stopped: what is gone already is passed over
+        except KeyboardInterrupt as stop:
+            stopped = stop
+            continue
+        break
+    if stopped is not None:
+        raise stopped
 
 
 def _outcome_unknown(export_id: str, target: Path, exc: Exception) -> ExportOutcomeUnknown:
