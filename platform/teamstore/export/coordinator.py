@@ -400,7 +400,8 @@ class ExportCoordinator:
     def kept_if_ended_now(self) -> list[tuple[str, Path]]:
         """The exports (their id and archive's path) whose archive is in place and whose failure is not recorded:
         kept if they end now, whatever ends them (a caller stopped before :meth:`run` returns, by a third Ctrl-C
-        as the second one's stop is still being handled, says so from this)."""
+        as the second one's stop is still being handled, says so from this). A snapshot: it holds while the export's
+        task never runs again (its loop closed, as ``asyncio.run``'s is), since a failure recorded later removes it."""
         return sorted(self._placed.items())
 
     async def _stopped(self, export_id: str, where: str, *, placed: bool = False) -> bool | None:
