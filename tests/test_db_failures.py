@@ -13,7 +13,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from config_registry import Registry, RegistryError
-from teamstore.db.engine import create_engine, describe_failure, unreachable
+from teamstore.db.engine import create_engine, describe_failure, failure_hint, unreachable
 from teamstore.db.migrate import current_revision
 from teamstore.errors import ConfigurationError, StoreUnavailable
 from tests.conftest import refusing, upgrade_database
@@ -322,7 +322,7 @@ async def test_a_value_the_driver_refuses_before_sending_it_is_not_called_unreac
     with pytest.raises(SQLAlchemyError) as caught:
         async with engine.connect() as conn:
             await conn.execute(text("SELECT CAST(:v AS text)"), {"v": "alice-private\x00"})
-    assert describe_failure(caught.value) == "the database refused the statement (DataError)"
-    assert not unreachable(caught.value)
+    assert describe_failure(caught.value) == "the database driver refused a value before sending the statement (DataError)"
+    assert "Postgres keeps no NUL" in failure_hint(caught.value) and not unreachable(caught.value)
     await engine.dispose()
 

@@ -431,8 +431,8 @@ class ExportNotPrinted(ExportError):
 
 
 class ExportOutcomeUnknown(ExportError):
-    """The export's outcome failed as it was recorded (the database stopped answering, or a fault), and its failure
-    could not be recorded either: its record may say ``exported``, so the archive is kept in place; ``teamstore
+    """Recording the export's outcome failed (the database stopped answering, or a fault), and its failure could not
+    be recorded either: its record may say ``exported``, so the archive is kept in place; ``teamstore
     export status`` says whether the record stands. ``export_id`` and ``target`` name them."""
 
     export_id: str | None = None

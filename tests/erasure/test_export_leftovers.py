@@ -357,7 +357,7 @@ async def test_a_stopped_exports_recorded_failure_whose_answer_is_lost_does_not_
 
     assert [p.name for p in out.iterdir()] == ["gil.zip"]
     detail = str((await get_export(engine, opened[0]) or {})["detail"])
-    assert "no archive was left" not in detail and "where the archive was kept; delete it" in detail
+    assert "no archive was left" not in detail and "said where it kept the archive: delete that archive" in detail
 
 
 class _Stops:

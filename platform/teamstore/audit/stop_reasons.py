@@ -10,7 +10,8 @@ the team's definition names (a termination text, an agent, a function, a limit).
 ``MagenticOneGroupChat`` stops with the reason its orchestrator's model gave for the request being satisfied,
 which retells the user's request. The transcript keeps every stop reason (sealed, erased with the user); the
 ledger (which outlives an erasure, de-identified, and goes to warehouses) and the spans keep a reason only in a
-form AutoGen's conditions or teamstore write, and :data:`OTHER` for any other.
+form AutoGen's conditions or teamstore write, holding neither NUL nor a lone surrogate (no database keeps either
+as text), and :data:`OTHER` for any other.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ Exit status 0: the archive holds the user's data; 3: no store holds anything for
 erased): no archive is written, and the manifest printed (and recorded) names every store searched; 1: an
 error, and no archive was left (unless the error says where it is: the outcome could not be recorded, or the
 manifest printed); 130 (143 on SIGTERM, 129 on SIGHUP): stopped, and no archive was left (unless it says where it
-is: stopped as the outcome was recorded, which could not be recorded either).
+is: stopped as its outcome was recorded, its failure not recorded either).
 ``status`` exits as the export did (0, 3, or 1 for one failed or abandoned: killed outright), or 2 while it runs.
 """
 
@@ -117,8 +117,8 @@ def _export(user: str, output: str | None, requested_by: str | None, operator: s
             done = with_app(go, must_exist=True)
         except KeyboardInterrupt:
             if not finished:
-                # A stop given as another's is still handled (a third Ctrl-C) leaves the export before it says what
-                # it keeps: what it would keep, ended now, is kept all the same.
+                # A stop that comes while another's is still being handled (a third Ctrl-C) leaves the export before
+                # it says what it keeps: what it would keep, ended now, is kept all the same.
                 kept += [placed for coordinator in coordinators for placed in coordinator.kept_if_ended_now()]
                 _stopped(stop, kept[0] if kept else None)
             done = finished[0]
@@ -173,12 +173,12 @@ def _say(text: str) -> None:
 
 def _stopped(stop: Stop, kept: tuple[str, Path] | None) -> NoReturn:
     """Say that the export stopped and left nothing usable, or, when its archive was ``kept`` (its id and path:
-    stopped as its outcome was recorded, which could not be recorded either), where it is and how to tell whether
+    stopped as its outcome was recorded, its failure not recorded either), where it is and how to tell whether
     it is whole; exit 128 + the signal's number (130 on Ctrl-C)."""
     if kept is not None:
         export_id, path = kept
-        said = (f"the export {export_id} was stopped ({stop.name}) as its outcome was recorded, and the database "
-                f"did not answer as its failure was: its record may say `exported`, so its archive is kept at {path}")
+        said = (f"the export {export_id} was stopped ({stop.name}) after placing its archive and before its failure "
+                f"could be recorded: its record may say `exported`, so its archive is kept at {path}")
         fix = (f"once the database answers, run `teamstore export status {export_id}`: `exported` means the archive "
                "is whole (its manifest.json lists every file, with its SHA-256); anything else, delete it and export "
                "again")

@@ -58,9 +58,16 @@ def unreachable(exc: BaseException) -> bool:
     state, sqlite = getattr(orig, "sqlstate", None), getattr(orig, "sqlite_errorname", None)
     if getattr(exc, "connection_invalidated", False) or sqlite == "SQLITE_CANTOPEN":
         return True
-    if state is None and isinstance(exc, DataError):
-        return False  # refused by the driver before it was sent (psycopg's NUL in a string), as by the server
+    if _driver_refused(exc):
+        return False
     return state.startswith(_UNREACHABLE) if state else sqlite is None
+
+
+def _driver_refused(exc: BaseException) -> bool:
+    """Whether the driver refused a value before sending the statement (psycopg's NUL in a string: no SQLSTATE)."""
+    orig = getattr(exc, "orig", None) or exc
+    return isinstance(exc, DataError) and getattr(orig, "sqlstate", None) is None and not hasattr(
+        orig, "sqlite_errorname")
 
 
 # What an SQLite error code means for the embedded database, and what to do about it. Matched by prefix, in
@@ -172,6 +179,9 @@ def failure_hint(exc: BaseException) -> str:
     sqlite = _sqlite_failure(exc)
     if sqlite is not None:
         return sqlite[1]
+    if _driver_refused(exc):
+        return ("a value cannot be stored as it is (Postgres keeps no NUL, U+0000, in text, say); nothing was sent: "
+                "report it, with the command that failed")
     if unreachable(exc):
         connect = _connect_failure(exc)
         if connect is not None:
@@ -200,6 +210,7 @@ def describe_failure(exc: BaseException) -> str:
         could not reach the database (OperationalError)
         could not connect to the database: the server has no such database (OperationalError)
         the database refused the statement (QueryCanceled, SQLSTATE 57014)
+        the database driver refused a value before sending the statement (DataError)
     """
     orig = getattr(exc, "orig", None) or exc
     name = type(orig).__name__
@@ -211,6 +222,8 @@ def describe_failure(exc: BaseException) -> str:
         if connect is not None:
             return f"could not connect to the database: {connect[0]} ({name})"
         return f"could not reach the database ({name})"
+    if _driver_refused(exc):
+        return f"the database driver refused a value before sending the statement ({name})"
     state = getattr(orig, "sqlstate", None)
     code = f"SQLSTATE {state}" if state else getattr(orig, "sqlite_errorname", "")
     denied = _denied(exc)

@@ -11,8 +11,8 @@ store in turn: enumerate, delete, verify by re-querying. After the last step (th
 store is re-queried once more; anything found fails the request. Running the same request id again
 resumes a failed or killed request and only reports a finished one: it never acts twice.
 
-This module drives that run: the lease, the attempt, the steps in order. The lease is kept while the steps run
-by :mod:`teamstore.erasure.lease`; what a dry run would find is :mod:`teamstore.erasure.dry_run`. What it waits
+This module drives that run: the lease, the attempt, the steps in order. While the steps run,
+:mod:`teamstore.erasure.lease` renews the lease; what a dry run would find is :mod:`teamstore.erasure.dry_run`. What it waits
 out before deleting is :mod:`teamstore.erasure.waits`; each step's verdict, the request's status and the receipt
 are :mod:`teamstore.erasure.verdict`; what it stores, :mod:`teamstore.erasure.requests` and
 :mod:`teamstore.erasure.record`.

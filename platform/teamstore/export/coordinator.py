@@ -183,9 +183,9 @@ class ExportCoordinator:
             ExportTargetExists: ``output`` exists (nothing is overwritten).
             ExportTargetInStore: ``output`` is inside a folder of ``keep_out``.
             ExportFailed: A store could not be read, or the archive written: no archive is left.
-            ExportOutcomeUnknown: The outcome failed as it was recorded (the database stopped answering, or a
-                fault), and the failure could not be recorded either: the archive is kept, and the record says
-                whether it stands.
+            ExportOutcomeUnknown: Recording the outcome failed (the database stopped answering, or a fault),
+                and the failure could not be recorded either: the archive is kept, and the record says whether it
+                stands.
             StoreUnavailable: The database could not be reached before anything was read.
         """
         check_erasable_id(user_id)
@@ -276,7 +276,8 @@ class ExportCoordinator:
     async def _write(self, ctx: ExportContext, archive: Writable, started: datetime, people: tuple[str, str | None],
                      lost: asyncio.Event) -> Manifest:
         """Every store, then the manifest, then the archive moved into place, then the record; a failure is
-        recorded (and removes an archive placed, by the caller's abort). ``people`` is who runs the export and who
+        recorded, and once it is, the caller (:meth:`run`) removes an archive placed; while it is not, the archive
+        stays. ``people`` is who runs the export and who
         asked for it; ``lost`` is set once its lease is (its record closed as abandoned: it stops at the next
         store)."""
         store, recording = "the archive", False
@@ -410,10 +411,10 @@ class ExportCoordinator:
         closed as abandoned) the archive is removed on the way out, as for any failure; unrecorded, an archive in
         place (``placed``) is kept (:meth:`run`), and since the record may have been written with its answer lost,
         its detail says so."""
-        left = ("its archive was removed, unless the database did not confirm this record: then the export said "
-                "where the archive was kept; delete it") if placed else "no archive was left"
+        left = ("its archive was removed, unless the database did not confirm this record, in which case the export "
+                "said where it kept the archive: delete that archive, then") if placed else "no archive was left;"
         return await self._record_failure(export_id, f"stopped {where} (Ctrl-C, SIGTERM or SIGHUP, or its task "
-                                                     f"was cancelled): {left}; export again")
+                                                     f"was cancelled): {left} export again")
 
     def _keep_placed(self, export_id: str, target: Path) -> None:
         """Keep the archive in place at ``target`` of an export ended (stopped) as its outcome was recorded, its
