@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -388,6 +389,12 @@ async def test_an_archive_not_yet_in_place_is_removed_on_a_stop_even_when_its_fa
         assert (await conn.execute(select(export_requests.c.status))).scalars().all() == ["running"]
 
 
+def _ctrl_c_as_in_a_terminal() -> None:
+    """SIGINT as a terminal's process has it, not inherited from how pytest was started (a shell starts a
+    background job, CI's too, with it ignored, and the command would never see the Ctrl-C a test sends)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 # The command `teamstore export --user lia -o lia.zip` in a process that gets SIGINT as the export's outcome is
 # recorded (once it committed), with the database not answering as the failure is recorded.
 _STOPPED_COMMAND = textwrap.dedent("""
@@ -433,6 +440,7 @@ def test_the_command_stopped_a_third_time_as_its_stop_is_handled_still_says_wher
     _populate("lia")
     env = {**os.environ, "COLUMNS": "300", "PYTHONPATH": os.pathsep.join(sys.path)}
     done = subprocess.run([sys.executable, "-c", command], capture_output=True, env=env, timeout=120,
+                          preexec_fn=_ctrl_c_as_in_a_terminal,
                           check=False, cwd=tmp_path)
 
     said = done.stderr.decode()
@@ -560,6 +568,7 @@ def test_the_command_stopped_as_it_closes_after_an_unknown_outcome_says_where_th
     _populate("lia")
     env = {**os.environ, "COLUMNS": "300", "PYTHONPATH": os.pathsep.join(sys.path)}
     done = subprocess.run([sys.executable, "-c", _UNKNOWN_THEN_STOPPED], capture_output=True, env=env, timeout=120,
+                          preexec_fn=_ctrl_c_as_in_a_terminal,
                           check=False, cwd=tmp_path)
 
     said = done.stderr.decode()
@@ -584,6 +593,7 @@ def test_the_command_stopped_twice_as_the_outcome_is_recorded_keeps_the_archive_
     _populate("lia")
     env = {**os.environ, "COLUMNS": "300", "PYTHONPATH": os.pathsep.join(sys.path)}
     done = subprocess.run([sys.executable, "-c", command], capture_output=True, env=env, timeout=120,
+                          preexec_fn=_ctrl_c_as_in_a_terminal,
                           check=False, cwd=tmp_path)
 
     assert done.returncode == 130 and "Traceback" not in done.stderr.decode(), done.stderr.decode()
@@ -597,6 +607,7 @@ def test_the_command_stopped_as_the_outcome_is_recorded_says_where_the_archive_i
     _populate("lia")
     env = {**os.environ, "COLUMNS": "300", "PYTHONPATH": os.pathsep.join(sys.path)}
     done = subprocess.run([sys.executable, "-c", _STOPPED_COMMAND], capture_output=True, env=env, timeout=120,
+                          preexec_fn=_ctrl_c_as_in_a_terminal,
                           check=False, cwd=tmp_path)
 
     said = done.stderr.decode()
