@@ -419,6 +419,20 @@ _STOPPED_COMMAND = textwrap.dedent("""
 """)
 
 
+def _kept_by_the_stopped_command(tmp_path: Path, command: str) -> subprocess.CompletedProcess[bytes]:
+    """Run ``command`` (a `teamstore export` of lia to lia.zip that Ctrl-C stops) and see it exit as stopped,
+    saying where the archive it keeps is, the archive whole there."""
+    _populate("lia")
+    env = {**os.environ, "COLUMNS": "300", "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", command], capture_output=True, env=env, timeout=120,
+                          preexec_fn=_ctrl_c_as_in_a_terminal, check=False, cwd=tmp_path)
+    said = done.stderr.decode()
+    assert done.returncode == 130, said
+    assert "its archive is kept at lia.zip" in said and "nothing usable was written" not in said, said
+    assert "no archive was left" not in said and "manifest.json" in unpack(tmp_path / "lia.zip")
+    return done
+
+
 def test_the_command_stopped_a_third_time_as_its_stop_is_handled_still_says_where_the_archive_it_keeps_is(
     tmp_path: Path
 ) -> None:
@@ -437,16 +451,7 @@ def test_the_command_stopped_a_third_time_as_its_stop_is_handled_still_says_wher
         "        raise\n"
         "    raise")
     assert command.count("call_later") == 2
-    _populate("lia")
-    env = {**os.environ, "COLUMNS": "300", "PYTHONPATH": os.pathsep.join(sys.path)}
-    done = subprocess.run([sys.executable, "-c", command], capture_output=True, env=env, timeout=120,
-                          preexec_fn=_ctrl_c_as_in_a_terminal,
-                          check=False, cwd=tmp_path)
-
-    said = done.stderr.decode()
-    assert done.returncode == 130, said
-    assert "its archive is kept at lia.zip" in said and "nothing usable was written" not in said
-    assert "manifest.json" in unpack(tmp_path / "lia.zip")
+    _kept_by_the_stopped_command(tmp_path, command)
 
 
 async def test_an_untyped_fault_as_the_outcome_is_recorded_with_its_failure_unrecorded_keeps_the_archive_named(
@@ -565,17 +570,8 @@ def test_the_command_stopped_as_it_closes_after_an_unknown_outcome_says_where_th
 ) -> None:
     """Reviewed: a Ctrl-C after ExportOutcomeUnknown, as the app closed, made the command say nothing usable was
     written while the archive its record calls `exported` stayed."""
-    _populate("lia")
-    env = {**os.environ, "COLUMNS": "300", "PYTHONPATH": os.pathsep.join(sys.path)}
-    done = subprocess.run([sys.executable, "-c", _UNKNOWN_THEN_STOPPED], capture_output=True, env=env, timeout=120,
-                          preexec_fn=_ctrl_c_as_in_a_terminal,
-                          check=False, cwd=tmp_path)
-
-    said = done.stderr.decode()
-    assert done.returncode == 130, said
-    assert "its archive is kept at lia.zip" in said and "nothing usable was written" not in said
+    done = _kept_by_the_stopped_command(tmp_path, _UNKNOWN_THEN_STOPPED)
     assert json.loads(done.stdout)["error"]["type"] == "ExportStopped"
-    assert "manifest.json" in unpack(tmp_path / "lia.zip")
 
 
 def test_the_command_stopped_twice_as_the_outcome_is_recorded_keeps_the_archive_and_says_so_in_json(
@@ -591,30 +587,17 @@ def test_the_command_stopped_twice_as_the_outcome_is_recorded_keeps_the_archive_
         "    raise").replace('"-o", "lia.zip"]', '"-o", "lia.zip", "--json"]')
     assert command.count("call_later") == 1 and "--json" in command
     _populate("lia")
-    env = {**os.environ, "COLUMNS": "300", "PYTHONPATH": os.pathsep.join(sys.path)}
-    done = subprocess.run([sys.executable, "-c", command], capture_output=True, env=env, timeout=120,
-                          preexec_fn=_ctrl_c_as_in_a_terminal,
-                          check=False, cwd=tmp_path)
+    done = _kept_by_the_stopped_command(tmp_path, command)
 
-    assert done.returncode == 130 and "Traceback" not in done.stderr.decode(), done.stderr.decode()
+    assert "Traceback" not in done.stderr.decode(), done.stderr.decode()
     error = json.loads(done.stdout)["error"]
     assert error["type"] == "ExportStopped" and error["exit_code"] == 130
     assert "its archive is kept at lia.zip" in error["message"] and "teamstore export status ex-" in error["fix"]
-    assert "manifest.json" in unpack(tmp_path / "lia.zip")
 
 
 def test_the_command_stopped_as_the_outcome_is_recorded_says_where_the_archive_it_kept_is(tmp_path: Path) -> None:
-    _populate("lia")
-    env = {**os.environ, "COLUMNS": "300", "PYTHONPATH": os.pathsep.join(sys.path)}
-    done = subprocess.run([sys.executable, "-c", _STOPPED_COMMAND], capture_output=True, env=env, timeout=120,
-                          preexec_fn=_ctrl_c_as_in_a_terminal,
-                          check=False, cwd=tmp_path)
-
-    said = done.stderr.decode()
-    assert done.returncode == 130 and "Traceback" not in said, said
-    assert "its archive is kept at lia.zip" in said and "teamstore export status ex-" in said
-    assert "nothing usable was written" not in said and "no archive was left" not in said
-    assert "manifest.json" in unpack(tmp_path / "lia.zip")
+    said = _kept_by_the_stopped_command(tmp_path, _STOPPED_COMMAND).stderr.decode()
+    assert "Traceback" not in said and "teamstore export status ex-" in said, said
 
 
 def _open_unanswered(monkeypatch: pytest.MonkeyPatch) -> None:
