@@ -176,12 +176,12 @@ def _stopped(stop: Stop, kept: tuple[str, Path] | None) -> NoReturn:
     stopped as its outcome was recorded, its failure not recorded either), where it is and how to tell whether
     it is whole; exit 128 + the signal's number (130 on Ctrl-C)."""
     if kept is not None:
+        from teamstore.export.coordinator import kept_archive_hint  # loaded by the export already
+
         export_id, path = kept
         said = (f"the export {export_id} was stopped ({stop.name}) after placing its archive and before its failure "
                 f"could be recorded: its record may say `exported`, so its archive is kept at {path}")
-        fix = (f"once the database answers, run `teamstore export status {export_id}`: `exported` means the archive "
-               "is whole (its manifest.json lists every file, with its SHA-256); anything else, delete it and export "
-               "again")
+        fix = kept_archive_hint(export_id)
         json_error(ExportStopped.__name__, said, fix, stop.code)  # under --json, where a script looks for the archive
         interrupted(said, fix, stop.code)
     interrupted(f"the export was stopped ({stop.name}) before it finished: nothing usable was written (the part "

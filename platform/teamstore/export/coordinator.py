@@ -277,9 +277,8 @@ class ExportCoordinator:
                      lost: asyncio.Event) -> Manifest:
         """Every store, then the manifest, then the archive moved into place, then the record; a failure is
         recorded, and once it is, the caller (:meth:`run`) removes an archive placed; while it is not, the archive
-        stays. ``people`` is who runs the export and who
-        asked for it; ``lost`` is set once its lease is (its record closed as abandoned: it stops at the next
-        store)."""
+        stays. ``people`` is who runs the export and who asked for it; ``lost`` is set once its lease is (its record
+        closed as abandoned: it stops at the next store)."""
         store, recording = "the archive", False
         try:
             stores: dict[str, Section] = {}
@@ -456,6 +455,12 @@ def _open_unknown(export_id: str, exc: StoreUnavailable) -> StoreUnavailable:
              "was left: one `running` reads as abandoned once its lease passes, and the next export closes it")
 
 
+def kept_archive_hint(export_id: str) -> str:
+    """What to do with an archive kept while its record may say ``exported``."""
+    return (f"once the database answers, run `teamstore export status {export_id}`: `exported` means the archive is "
+            "whole (its manifest.json lists every file, with its SHA-256); anything else, delete it and export again")
+
+
 def _remove(archive: Writable) -> None:
     """Remove the archive to its end: a Ctrl-C that comes meanwhile (a second one, as a large folder goes) is raised
     once it is gone, not in the middle, which would leave part of the user's data at the target, told removed."""
@@ -484,8 +489,6 @@ def _outcome_unknown(export_id: str, target: Path, exc: Exception) -> ExportOutc
     unknown = ExportOutcomeUnknown(
         f"the export {export_id} placed its archive at {target}, then {how}: its record may say `exported` or still "
         "`running`, and the archive is kept where it is",
-        hint=f"once the database answers, run `teamstore export status {export_id}`: `exported` means the archive "
-             "is whole (its manifest.json lists every file, with its SHA-256); anything else, delete it and export "
-             "again")
+        hint=kept_archive_hint(export_id))
     unknown.export_id, unknown.target = export_id, target
     return unknown
